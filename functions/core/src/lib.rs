@@ -1,0 +1,22 @@
+//! The pure domain core of hookline: functions of their inputs, with time and
+//! randomness passed in. No AWS SDK, no I/O.
+//!
+//! - [`ids`]: typed, prefixed, time-ordered ids (`evt_`, `ep_`, `dlv_`, `msg_`)
+//!   and the validated [`AppId`](ids::AppId).
+//! - [`model`]: [`Event`](model::Event), [`Endpoint`](model::Endpoint),
+//!   [`Delivery`](model::Delivery), [`Attempt`](model::Attempt) and the delivery
+//!   state machine (`pending -> delivered | failed`, `failed -> pending`).
+//! - [`retry`]: [`RetryPolicy`](retry::RetryPolicy) (the seed's schedule by
+//!   default, or one parsed from `"5s,5m,30m"`), `Retry-After` parsing, and
+//!   response classification.
+//! - [`signing`]: [`Secret`](signing::Secret) and the full signed header set of
+//!   a message for both schemes (via `hookline-verify`'s scheme functions).
+//! - [`error`]: [`CoreError`], saying what is retryable.
+
+pub mod error;
+pub mod ids;
+pub mod model;
+pub mod retry;
+pub mod signing;
+
+pub use error::CoreError;

@@ -1,0 +1,729 @@
+//! Events, endpoints, deliveries, attempts, and the delivery state machine.
+//!
+//! ```text
+//!             success                      
+//!   pending ----------> delivered          
+//!     |  ^ retryable failure, budget left (attempt_count += 1, next_attempt_at)
+//!     |  '----'                                
+//!     | budget spent, or 410 Gone              
+//!     v                                        
+//!   failed ---- manual retry (fresh budget) ---> pending
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{AppId, DeliveryId, EndpointId, EventId, MessageId};
+use crate::retry::{classify, ResponseClass, RetryPolicy};
+use crate::signing::Secret;
+use crate::CoreError;
+
+/// At most this many attempts are kept in a delivery's log (the oldest are
+/// dropped first; `attempt_count` and `total_attempts` keep counting).
+pub const ATTEMPT_LOG_LIMIT: usize = 30;
+/// At most this many bytes of a response body are kept per attempt.
+pub const RESPONSE_BODY_LIMIT: usize = 1024;
+
+/// A validated event type: 1-128 characters of `A-Z a-z 0-9 . _ - :`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct EventType(String);
+
+impl EventType {
+    pub fn parse(s: &str) -> Result<Self, CoreError> {
+        let ok = !s.is_empty()
+            && s.len() <= 128
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'));
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(CoreError::InvalidInput {
+                field: "event_type",
+                reason: "1-128 characters of A-Z, a-z, 0-9, `.`, `_`, `-`, `:`".into(),
+            })
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for EventType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An event accepted for delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: EventId,
+    pub app_id: AppId,
+    pub event_type: EventType,
+    /// The exact bytes every receiver gets, on every attempt (see [`Event::new`]).
+    pub body: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Event {
+    /// Builds the event and renders its body once, in the Standard Webhooks
+    /// payload shape `{"type": ..., "timestamp": ..., "data": ...}`.
+    pub fn new(
+        id: EventId,
+        app_id: AppId,
+        event_type: EventType,
+        payload: &serde_json::Value,
+        created_at: DateTime<Utc>,
+    ) -> Self {
+        let body = render_body(&event_type, created_at, payload);
+        Self {
+            id,
+            app_id,
+            event_type,
+            body,
+            created_at,
+        }
+    }
+}
+
+/// `{"type":"<type>","timestamp":"<RFC 3339>","data":<payload>}`.
+pub fn render_body(
+    event_type: &EventType,
+    at: DateTime<Utc>,
+    payload: &serde_json::Value,
+) -> String {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        #[serde(rename = "type")]
+        event_type: &'a str,
+        timestamp: String,
+        data: &'a serde_json::Value,
+    }
+    let body = Body {
+        event_type: event_type.as_str(),
+        timestamp: at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        data: payload,
+    };
+    // Serializing a `Value` and strings cannot fail.
+    serde_json::to_string(&body).unwrap_or_default()
+}
+
+/// A secret that still signs after a rotation, until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviousSecret {
+    pub secret: Secret,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A receiver's URL and what it subscribes to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub id: EndpointId,
+    pub app_id: AppId,
+    pub url: String,
+    pub description: Option<String>,
+    /// Event types delivered here; empty means all. `prefix.*` matches a family.
+    pub event_types: Vec<String>,
+    pub secret: Secret,
+    /// Older secrets still signing during a rotation overlap.
+    #[serde(default)]
+    pub previous_secrets: Vec<PreviousSecret>,
+    pub disabled: bool,
+    /// Why the endpoint was disabled by the system (e.g. `410 Gone`), if it was.
+    #[serde(default)]
+    pub disabled_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Endpoint {
+    /// Whether an event of `event_type` goes to this endpoint.
+    pub fn subscribes_to(&self, event_type: &EventType) -> bool {
+        let t = event_type.as_str();
+        self.event_types.is_empty()
+            || self.event_types.iter().any(|pattern| {
+                pattern == "*"
+                    || pattern == t
+                    || pattern.strip_suffix(".*").is_some_and(|prefix| {
+                        t.len() > prefix.len() + 1
+                            && t.starts_with(prefix)
+                            && t.as_bytes()[prefix.len()] == b'.'
+                    })
+            })
+    }
+
+    /// Enabled and subscribed.
+    pub fn receives(&self, event_type: &EventType) -> bool {
+        !self.disabled && self.subscribes_to(event_type)
+    }
+
+    /// Every secret that signs at `now`: the current one first.
+    pub fn signing_secrets(&self, now: DateTime<Utc>) -> Vec<&Secret> {
+        std::iter::once(&self.secret)
+            .chain(
+                self.previous_secrets
+                    .iter()
+                    .filter(|p| p.expires_at > now)
+                    .map(|p| &p.secret),
+            )
+            .collect()
+    }
+
+    /// Replaces the secret; the old one keeps signing for `overlap`.
+    pub fn rotate_secret(&mut self, new: Secret, now: DateTime<Utc>, overlap: Duration) {
+        let old = std::mem::replace(&mut self.secret, new);
+        self.previous_secrets.retain(|p| p.expires_at > now);
+        if !overlap.is_zero() {
+            let expires_at =
+                now + chrono::Duration::from_std(overlap).unwrap_or(chrono::Duration::days(1));
+            self.previous_secrets.push(PreviousSecret {
+                secret: old,
+                expires_at,
+            });
+        }
+        self.updated_at = now;
+    }
+}
+
+/// The state of a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryStatus {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Delivered => "delivered",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, CoreError> {
+        match s {
+            "pending" => Ok(Self::Pending),
+            "delivered" => Ok(Self::Delivered),
+            "failed" => Ok(Self::Failed),
+            _ => Err(CoreError::InvalidInput {
+                field: "status",
+                reason: "one of pending, delivered, failed".into(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One HTTP attempt and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// 1-based number within the current attempt budget.
+    pub attempt: u32,
+    pub at: DateTime<Utc>,
+    /// `None` when no response came (timeout, refused, reset).
+    pub status_code: Option<u16>,
+    pub latency_ms: u64,
+    pub error: Option<String>,
+    /// The first [`RESPONSE_BODY_LIMIT`] bytes of the response body (lossy UTF-8).
+    pub response_body: Option<String>,
+}
+
+impl Attempt {
+    /// Builds an attempt record, truncating the body on a char boundary.
+    pub fn new(
+        attempt: u32,
+        at: DateTime<Utc>,
+        status_code: Option<u16>,
+        latency: Duration,
+        error: Option<String>,
+        response_body: Option<&[u8]>,
+    ) -> Self {
+        let response_body = response_body.map(|b| {
+            let text = String::from_utf8_lossy(&b[..b.len().min(RESPONSE_BODY_LIMIT)]).into_owned();
+            truncate_chars(text, RESPONSE_BODY_LIMIT)
+        });
+        Self {
+            attempt,
+            at,
+            status_code,
+            latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+            error: error.map(|e| truncate_chars(e, 512)),
+            response_body,
+        }
+    }
+}
+
+fn truncate_chars(mut s: String, max_bytes: usize) -> String {
+    if s.len() > max_bytes {
+        let mut cut = max_bytes;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// What recording an attempt did to the delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    Delivered,
+    /// Stays pending; the next attempt is due at this time.
+    Retry {
+        next_attempt_at: DateTime<Utc>,
+    },
+    /// Terminal until a manual retry.
+    Failed {
+        reason: FailReason,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailReason {
+    /// Every attempt of the budget failed.
+    AttemptsExhausted,
+    /// The endpoint answered 410 Gone: it should be disabled.
+    EndpointGone,
+}
+
+/// One event's delivery to one endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub id: DeliveryId,
+    pub app_id: AppId,
+    pub event_id: EventId,
+    pub endpoint_id: EndpointId,
+    pub event_type: EventType,
+    pub status: DeliveryStatus,
+    /// Attempts made in the current budget (reset by a manual retry).
+    pub attempt_count: u32,
+    /// Attempts made over the delivery's whole life.
+    pub total_attempts: u32,
+    /// Manual retries (redrives) so far.
+    pub manual_retries: u32,
+    /// When the next attempt is due; `None` once delivered or failed.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The most recent attempts, oldest first, at most [`ATTEMPT_LOG_LIMIT`].
+    pub attempts: Vec<Attempt>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Delivery {
+    /// A new pending delivery, due now.
+    pub fn new(id: DeliveryId, event: &Event, endpoint_id: EndpointId, now: DateTime<Utc>) -> Self {
+        Self {
+            id,
+            app_id: event.app_id.clone(),
+            event_id: event.id.clone(),
+            endpoint_id,
+            event_type: event.event_type.clone(),
+            status: DeliveryStatus::Pending,
+            attempt_count: 0,
+            total_attempts: 0,
+            manual_retries: 0,
+            next_attempt_at: Some(now),
+            attempts: Vec::new(),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The `webhook-id` a receiver sees.
+    pub fn message_id(&self) -> MessageId {
+        MessageId::for_delivery(&self.id)
+    }
+
+    /// The number the next attempt will carry.
+    pub fn next_attempt_number(&self) -> u32 {
+        self.attempt_count + 1
+    }
+
+    /// Records an attempt (numbered [`Self::next_attempt_number`]) and moves
+    /// the state. Only a pending delivery can be attempted.
+    pub fn record_attempt<R: Rng + ?Sized>(
+        &mut self,
+        attempt: Attempt,
+        retry_after: Option<Duration>,
+        policy: &RetryPolicy,
+        rng: &mut R,
+    ) -> Result<Transition, CoreError> {
+        if self.status != DeliveryStatus::Pending {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "record an attempt",
+            });
+        }
+        let now = attempt.at;
+        let class = classify(attempt.status_code);
+        self.attempt_count += 1;
+        self.total_attempts += 1;
+        self.attempts.push(attempt);
+        if self.attempts.len() > ATTEMPT_LOG_LIMIT {
+            let excess = self.attempts.len() - ATTEMPT_LOG_LIMIT;
+            self.attempts.drain(..excess);
+        }
+        self.updated_at = now;
+        let transition = match class {
+            ResponseClass::Success => Transition::Delivered,
+            ResponseClass::Gone => Transition::Failed {
+                reason: FailReason::EndpointGone,
+            },
+            ResponseClass::Retryable => {
+                match policy.next_delay(self.attempt_count, retry_after, rng) {
+                    Some(delay) => Transition::Retry {
+                        next_attempt_at: now
+                            + chrono::Duration::from_std(delay)
+                                .unwrap_or(chrono::Duration::days(1)),
+                    },
+                    None => Transition::Failed {
+                        reason: FailReason::AttemptsExhausted,
+                    },
+                }
+            }
+        };
+        match &transition {
+            Transition::Delivered => {
+                self.status = DeliveryStatus::Delivered;
+                self.next_attempt_at = None;
+            }
+            Transition::Retry { next_attempt_at } => self.next_attempt_at = Some(*next_attempt_at),
+            Transition::Failed { .. } => {
+                self.status = DeliveryStatus::Failed;
+                self.next_attempt_at = None;
+            }
+        }
+        Ok(transition)
+    }
+
+    /// A manual retry: `failed -> pending`, due now, with a fresh attempt
+    /// budget. The attempt log is kept.
+    pub fn manual_retry(&mut self, now: DateTime<Utc>) -> Result<(), CoreError> {
+        if self.status != DeliveryStatus::Failed {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "manual retry",
+            });
+        }
+        self.status = DeliveryStatus::Pending;
+        self.attempt_count = 0;
+        self.manual_retries += 1;
+        self.next_attempt_at = Some(now);
+        self.updated_at = now;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::Schedule;
+    use chrono::TimeZone;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
+    }
+
+    fn event() -> Event {
+        Event::new(
+            EventId::generate(),
+            AppId::parse("app1").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &serde_json::json!({"order_id": 42, "amount": "10.00"}),
+            t0(),
+        )
+    }
+
+    fn delivery() -> Delivery {
+        Delivery::new(
+            DeliveryId::generate(),
+            &event(),
+            EndpointId::generate(),
+            t0(),
+        )
+    }
+
+    fn attempt(n: u32, status: Option<u16>, at: DateTime<Utc>) -> Attempt {
+        Attempt::new(n, at, status, Duration::from_millis(12), None, Some(b"ok"))
+    }
+
+    fn compressed() -> RetryPolicy {
+        RetryPolicy {
+            jitter: 0.0,
+            ..RetryPolicy::from_settings(Some("1s,2s,4s"), None).unwrap()
+        }
+    }
+
+    #[test]
+    fn body_has_the_standard_webhooks_shape_and_is_stable() {
+        let e = event();
+        assert_eq!(
+            e.body,
+            r#"{"type":"order.paid","timestamp":"2026-01-02T03:04:05.000Z","data":{"amount":"10.00","order_id":42}}"#
+        );
+        let again: Event = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(again.body, e.body);
+    }
+
+    #[test]
+    fn success_delivers() {
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(d.next_attempt_number(), 1);
+        let t = d
+            .record_attempt(attempt(1, Some(200), t0()), None, &compressed(), &mut rng)
+            .unwrap();
+        assert_eq!(t, Transition::Delivered);
+        assert_eq!(d.status, DeliveryStatus::Delivered);
+        assert_eq!(d.next_attempt_at, None);
+        assert_eq!((d.attempt_count, d.total_attempts), (1, 1));
+        // Delivered is terminal.
+        assert!(d
+            .record_attempt(attempt(2, Some(200), t0()), None, &compressed(), &mut rng)
+            .is_err());
+        assert!(d.manual_retry(t0()).is_err());
+    }
+
+    #[test]
+    fn flaky_then_success_on_attempt_three() {
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        let p = compressed();
+        let t = d
+            .record_attempt(attempt(1, Some(500), t0()), None, &p, &mut rng)
+            .unwrap();
+        assert_eq!(
+            t,
+            Transition::Retry {
+                next_attempt_at: t0() + chrono::Duration::seconds(1)
+            }
+        );
+        let t = d
+            .record_attempt(attempt(2, None, t0()), None, &p, &mut rng)
+            .unwrap();
+        assert_eq!(
+            t,
+            Transition::Retry {
+                next_attempt_at: t0() + chrono::Duration::seconds(2)
+            }
+        );
+        let t = d
+            .record_attempt(attempt(3, Some(204), t0()), None, &p, &mut rng)
+            .unwrap();
+        assert_eq!(t, Transition::Delivered);
+        assert_eq!(
+            d.attempts.iter().map(|a| a.status_code).collect::<Vec<_>>(),
+            [Some(500), None, Some(204)]
+        );
+    }
+
+    #[test]
+    fn exhaustion_fails_and_manual_retry_gives_a_fresh_budget() {
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        let p = compressed(); // 4 attempts
+        for n in 1..=3 {
+            let t = d
+                .record_attempt(attempt(n, Some(503), t0()), None, &p, &mut rng)
+                .unwrap();
+            assert!(matches!(t, Transition::Retry { .. }));
+        }
+        let t = d
+            .record_attempt(attempt(4, Some(503), t0()), None, &p, &mut rng)
+            .unwrap();
+        assert_eq!(
+            t,
+            Transition::Failed {
+                reason: FailReason::AttemptsExhausted
+            }
+        );
+        assert_eq!(d.status, DeliveryStatus::Failed);
+        assert!(d
+            .record_attempt(attempt(5, Some(200), t0()), None, &p, &mut rng)
+            .is_err());
+
+        let later = t0() + chrono::Duration::hours(1);
+        d.manual_retry(later).unwrap();
+        assert_eq!(d.status, DeliveryStatus::Pending);
+        assert_eq!(
+            (d.attempt_count, d.total_attempts, d.manual_retries),
+            (0, 4, 1)
+        );
+        assert_eq!(d.next_attempt_at, Some(later));
+        assert_eq!(d.attempts.len(), 4, "history kept");
+        // Pending cannot be manually retried.
+        assert!(d.manual_retry(later).is_err());
+        let t = d
+            .record_attempt(attempt(1, Some(200), later), None, &p, &mut rng)
+            .unwrap();
+        assert_eq!(t, Transition::Delivered);
+        assert_eq!(d.total_attempts, 5);
+    }
+
+    #[test]
+    fn gone_fails_at_once() {
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        let t = d
+            .record_attempt(attempt(1, Some(410), t0()), None, &compressed(), &mut rng)
+            .unwrap();
+        assert_eq!(
+            t,
+            Transition::Failed {
+                reason: FailReason::EndpointGone
+            }
+        );
+    }
+
+    #[test]
+    fn retry_after_moves_next_attempt() {
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        let t = d
+            .record_attempt(
+                attempt(1, Some(429), t0()),
+                Some(Duration::from_secs(30)),
+                &compressed(),
+                &mut rng,
+            )
+            .unwrap();
+        assert_eq!(
+            t,
+            Transition::Retry {
+                next_attempt_at: t0() + chrono::Duration::seconds(30)
+            }
+        );
+    }
+
+    #[test]
+    fn attempt_log_is_bounded() {
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        let p = RetryPolicy {
+            schedule: Schedule::parse("1s").unwrap(),
+            max_attempts: 100,
+            jitter: 0.0,
+            ..RetryPolicy::default()
+        };
+        for n in 1..=45 {
+            d.record_attempt(attempt(n, Some(500), t0()), None, &p, &mut rng)
+                .unwrap();
+        }
+        assert_eq!(d.attempts.len(), ATTEMPT_LOG_LIMIT);
+        assert_eq!(d.attempts[0].attempt, 16);
+        assert_eq!(d.attempt_count, 45);
+    }
+
+    #[test]
+    fn attempt_record_truncates_body_and_error() {
+        let body = "é".repeat(2000);
+        let a = Attempt::new(
+            1,
+            t0(),
+            Some(500),
+            Duration::from_secs(1),
+            Some("x".repeat(5000)),
+            Some(body.as_bytes()),
+        );
+        assert!(a.response_body.as_ref().unwrap().len() <= RESPONSE_BODY_LIMIT);
+        assert_eq!(a.error.as_ref().unwrap().len(), 512);
+        assert_eq!(a.latency_ms, 1000);
+        let bad = Attempt::new(
+            1,
+            t0(),
+            Some(200),
+            Duration::ZERO,
+            None,
+            Some(&[0xff, 0xfe, b'a']),
+        );
+        assert_eq!(bad.response_body.as_deref(), Some("\u{fffd}\u{fffd}a"));
+    }
+
+    #[test]
+    fn subscriptions_and_rotation() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let mut ep = Endpoint {
+            id: EndpointId::generate(),
+            app_id: AppId::parse("app1").unwrap(),
+            url: "https://example.com/hook".into(),
+            description: None,
+            event_types: vec![],
+            secret: Secret::generate(&mut rng),
+            previous_secrets: vec![],
+            disabled: false,
+            disabled_reason: None,
+            created_at: t0(),
+            updated_at: t0(),
+        };
+        let paid = EventType::parse("order.paid").unwrap();
+        let user = EventType::parse("user.created").unwrap();
+        assert!(ep.receives(&paid) && ep.receives(&user));
+        ep.event_types = vec!["order.*".into()];
+        assert!(ep.receives(&paid) && !ep.receives(&user));
+        assert!(!ep.subscribes_to(&EventType::parse("orders.paid").unwrap()));
+        assert!(!ep.subscribes_to(&EventType::parse("order").unwrap()));
+        ep.event_types = vec!["user.created".into()];
+        assert!(!ep.receives(&paid) && ep.receives(&user));
+        ep.disabled = true;
+        assert!(!ep.receives(&user));
+
+        let old = ep.secret.clone();
+        let new = Secret::generate(&mut rng);
+        ep.rotate_secret(new.clone(), t0(), Duration::from_secs(3600));
+        assert_eq!(ep.signing_secrets(t0()), vec![&new, &old]);
+        assert_eq!(
+            ep.signing_secrets(t0() + chrono::Duration::seconds(3601)),
+            vec![&new]
+        );
+        ep.rotate_secret(
+            Secret::generate(&mut rng),
+            t0() + chrono::Duration::hours(2),
+            Duration::ZERO,
+        );
+        assert_eq!(
+            ep.signing_secrets(t0() + chrono::Duration::hours(2)).len(),
+            1
+        );
+        assert!(ep.previous_secrets.is_empty());
+    }
+
+    #[test]
+    fn statuses_and_event_types_parse() {
+        for s in [
+            DeliveryStatus::Pending,
+            DeliveryStatus::Delivered,
+            DeliveryStatus::Failed,
+        ] {
+            assert_eq!(DeliveryStatus::parse(s.as_str()).unwrap(), s);
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{s}\""));
+        }
+        assert!(DeliveryStatus::parse("done").is_err());
+        assert!(EventType::parse("invoice.payment_failed:v2").is_ok());
+        for bad in ["", "a b", &"x".repeat(129), "a/b"] {
+            assert!(EventType::parse(bad).is_err());
+        }
+    }
+}
