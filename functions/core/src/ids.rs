@@ -162,6 +162,27 @@ typed_id!(
     MessageId, "msg", "message"
 );
 
+impl DeliveryId {
+    /// The delivery of `event` to `endpoint`: deterministic, so materialising
+    /// a fan-out twice (a retried stream batch, a crash) yields the same ids and
+    /// conditional writes make it idempotent. Time bits are the event's.
+    pub fn for_event_endpoint(event: &EventId, endpoint: &EndpointId) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(event.as_str())
+            .chain_update(b"/")
+            .chain_update(endpoint.as_str())
+            .finalize();
+        let mut random = [0u8; 10];
+        random.copy_from_slice(&digest[..10]);
+        let millis = u64::try_from(event.created_at().timestamp_millis()).unwrap_or(0);
+        let value = uuid::Builder::from_unix_timestamp_millis(millis, &random)
+            .into_uuid()
+            .as_u128();
+        Self::from_u128(value)
+    }
+}
+
 impl MessageId {
     /// The message id of a delivery: the same 128 bits, so it is stable for
     /// the delivery's whole life without being stored separately.
@@ -268,6 +289,18 @@ mod tests {
         let d = DeliveryId::generate();
         assert_eq!(MessageId::for_delivery(&d), MessageId::for_delivery(&d));
         assert_eq!(MessageId::for_delivery(&d).as_str()[4..], d.as_str()[4..]);
+    }
+
+    #[test]
+    fn derived_delivery_ids_are_deterministic_and_distinct() {
+        let e = EventId::generate();
+        let (a, b) = (EndpointId::generate(), EndpointId::generate());
+        let d1 = DeliveryId::for_event_endpoint(&e, &a);
+        assert_eq!(d1, DeliveryId::for_event_endpoint(&e, &a));
+        assert_ne!(d1, DeliveryId::for_event_endpoint(&e, &b));
+        assert_ne!(d1, DeliveryId::for_event_endpoint(&EventId::generate(), &a));
+        assert_eq!(d1.created_at(), e.created_at());
+        assert_eq!(DeliveryId::parse(d1.as_str()).unwrap(), d1);
     }
 
     #[test]

@@ -305,6 +305,8 @@ pub enum FailReason {
     AttemptsExhausted,
     /// The endpoint answered 410 Gone: it should be disabled.
     EndpointGone,
+    /// The endpoint is deleted, disabled or not allowed (see [`Delivery::fail_now`]).
+    NotDeliverable,
 }
 
 /// One event's delivery to one endpoint.
@@ -377,14 +379,7 @@ impl Delivery {
         }
         let now = attempt.at;
         let class = classify(attempt.status_code);
-        self.attempt_count += 1;
-        self.total_attempts += 1;
-        self.attempts.push(attempt);
-        if self.attempts.len() > ATTEMPT_LOG_LIMIT {
-            let excess = self.attempts.len() - ATTEMPT_LOG_LIMIT;
-            self.attempts.drain(..excess);
-        }
-        self.updated_at = now;
+        self.push_attempt(attempt);
         let transition = match class {
             ResponseClass::Success => Transition::Delivered,
             ResponseClass::Gone => Transition::Failed {
@@ -415,6 +410,36 @@ impl Delivery {
             }
         }
         Ok(transition)
+    }
+
+    fn push_attempt(&mut self, attempt: Attempt) {
+        self.attempt_count += 1;
+        self.total_attempts += 1;
+        self.updated_at = attempt.at;
+        self.attempts.push(attempt);
+        if self.attempts.len() > ATTEMPT_LOG_LIMIT {
+            let excess = self.attempts.len() - ATTEMPT_LOG_LIMIT;
+            self.attempts.drain(..excess);
+        }
+    }
+
+    /// Records a final attempt that ends the delivery at once, whatever the
+    /// budget: the endpoint was deleted or disabled, or its address is not
+    /// allowed. The delivery goes to `failed` (and so to the DLQ), from where a
+    /// manual retry restarts it once the cause is fixed.
+    pub fn fail_now(&mut self, attempt: Attempt) -> Result<Transition, CoreError> {
+        if self.status != DeliveryStatus::Pending {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "fail",
+            });
+        }
+        self.push_attempt(attempt);
+        self.status = DeliveryStatus::Failed;
+        self.next_attempt_at = None;
+        Ok(Transition::Failed {
+            reason: FailReason::NotDeliverable,
+        })
     }
 
     /// A manual retry: `failed -> pending`, due now, with a fresh attempt
@@ -581,6 +606,15 @@ mod tests {
             .unwrap();
         assert_eq!(t, Transition::Delivered);
         assert_eq!(d.total_attempts, 5);
+    }
+
+    #[test]
+    fn fail_now_ends_a_pending_delivery_only() {
+        let mut d = delivery();
+        let a = Attempt::new(1, t0(), None, Duration::ZERO, Some("endpoint disabled".into()), None);
+        assert_eq!(d.fail_now(a.clone()).unwrap(), Transition::Failed { reason: FailReason::NotDeliverable });
+        assert_eq!((d.status, d.attempt_count), (DeliveryStatus::Failed, 1));
+        assert!(d.fail_now(a).is_err());
     }
 
     #[test]

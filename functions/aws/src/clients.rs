@@ -1,0 +1,87 @@
+//! SDK clients, built once per process with explicit retry and timeout settings.
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+
+/// The AWS clients the functions use.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub streams: aws_sdk_dynamodbstreams::Client,
+}
+
+/// Shared SDK configuration: region and credentials from the environment
+/// (Lambda's, or dummies locally), `AWS_ENDPOINT_URL` honoured (moto), standard
+/// retry mode with 4 attempts and exponential backoff, bounded timeouts.
+pub async fn sdk_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(4)
+                .with_initial_backoff(Duration::from_millis(50))
+                .with_max_backoff(Duration::from_secs(2)),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .operation_attempt_timeout(Duration::from_secs(10))
+                .operation_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .load()
+        .await
+}
+
+impl Clients {
+    pub fn from_config(config: &SdkConfig) -> Self {
+        Self {
+            dynamodb: aws_sdk_dynamodb::Client::new(config),
+            sqs: aws_sdk_sqs::Client::new(config),
+            streams: aws_sdk_dynamodbstreams::Client::new(config),
+        }
+    }
+
+    pub async fn from_env() -> Self {
+        Self::from_config(&sdk_config().await)
+    }
+}
+
+/// Whether DynamoDB calls must be serialised: `WEBHOOKS_SERIALIZE_DYNAMODB=true`
+/// (set by the local stack and tests: moto loses writes under concurrent
+/// transactions).
+pub fn serialize_dynamodb_from_env() -> bool {
+    matches!(
+        std::env::var("WEBHOOKS_SERIALIZE_DYNAMODB").ok().as_deref(),
+        Some("true") | Some("1")
+    )
+}
+
+/// JSON logs (CloudWatch-friendly) filtered by `RUST_LOG` (default `info`).
+/// Safe to call more than once.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_current_span(false)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// Settings, store and queue from the environment: what every function's
+/// `main` builds once before `lambda_runtime::run`.
+pub async fn deps_from_env() -> Result<(hookline_pipeline::Settings, crate::DynamoStore, crate::SqsQueue), hookline_pipeline::PipelineError> {
+    let settings = hookline_pipeline::Settings::from_env()?;
+    let clients = Clients::from_env().await;
+    let mut store = crate::DynamoStore::new(clients.dynamodb.clone(), settings.table.clone(), settings.retention);
+    if serialize_dynamodb_from_env() {
+        store = store.serialized(std::sync::Arc::new(tokio::sync::Mutex::new(())));
+    }
+    let queue = crate::SqsQueue::new(clients.sqs.clone(), settings.queue_url.clone(), settings.dlq_url.clone());
+    Ok((settings, store, queue))
+}

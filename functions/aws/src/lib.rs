@@ -1,0 +1,24 @@
+//! hookline's AWS edge: the real implementations of the pipeline's ports.
+//!
+//! - [`clients`]: SDK client construction (explicit retry and timeout
+//!   settings; `AWS_ENDPOINT_URL` points them at moto locally).
+//! - [`schema`]: the single-table design — keys, GSIs, item shapes (via
+//!   serde_dynamo) and stream-image decoding.
+//! - [`store`]: [`DynamoStore`], the [`Store`](hookline_pipeline::ports::Store) port.
+//! - [`queue`]: [`SqsQueue`], the [`Queue`](hookline_pipeline::ports::Queue) port.
+//! - [`outbox`]: the `TransactWriteItem`s of an event, for a producer's own
+//!   transaction (business write and webhook commit together).
+//! - [`local`]: the local event-source poller (stream -> dispatch, queue ->
+//!   deliver) that stands in for Lambda's event source mappings offline.
+//! - [`error`]: SDK errors -> `PipelineError` with retryability.
+
+pub mod clients;
+pub mod error;
+pub mod local;
+pub mod outbox;
+pub mod queue;
+pub mod schema;
+pub mod store;
+
+pub use queue::SqsQueue;
+pub use store::DynamoStore;

@@ -1,0 +1,70 @@
+//! The transactional outbox for producers that keep their own data in
+//! DynamoDB (the source article's `OrdersService`): the webhook items of an
+//! event, to append to **your own** `TransactWriteItems`, so the business
+//! write and the webhook intent commit or fail together.
+//!
+//! ```ignore
+//! let endpoints = store.list_endpoints(&app).await?;            // or a cached copy
+//! let (items, accepted) = outbox::event_items(&table, app, event_type, &payload,
+//!                                              &endpoints, Utc::now(), retention)?;
+//! client.transact_write_items()
+//!     .transact_items(put_order)                                 // your row + conditions
+//!     .set_transact_items(Some([vec![put_order], items].concat()))
+//!     .send().await?;                                            // all or nothing
+//! ```
+//! An event fanning out to more endpoints than fit in the transaction keeps
+//! the rest as a fan-out list on the event item; the dispatch function
+//! materialises it after commit, exactly as for events sent through the API.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use chrono::{DateTime, Utc};
+use hookline_core::ids::AppId;
+use hookline_core::model::{Endpoint, EventType};
+use hookline_pipeline::ingest::{plan_event, IngestResponse};
+use hookline_pipeline::ports::{NewEvent, Result};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_dynamo::Item;
+
+use crate::schema;
+use crate::store::put_if_absent;
+
+/// Wraps a conditional put (never overwrites) as a transaction item.
+pub(crate) fn put_new(table: &str, item: Item) -> Result<TransactWriteItem> {
+    Ok(TransactWriteItem::builder().put(put_if_absent(table, item)?).build())
+}
+
+/// The transaction items of `new`: the event, its inline deliveries, and its
+/// idempotency record last (when there is one).
+pub fn transact_items(table: &str, new: &NewEvent, retention: Duration) -> Result<Vec<TransactWriteItem>> {
+    let mut items = Vec::with_capacity(new.deliveries.len() + 2);
+    items.push(put_new(table, schema::event_item(&new.event, &new.fanout_remaining, 0, retention)?)?);
+    for d in &new.deliveries {
+        items.push(put_new(table, schema::delivery_item(d, retention)?)?);
+    }
+    if let Some(record) = &new.idempotency {
+        items.push(put_new(table, schema::idempotency_item(record)?)?);
+    }
+    Ok(items)
+}
+
+/// Plans an event for `endpoints` (enabled, subscribed ones receive it) and
+/// returns the items to append to the producer's transaction plus the ids.
+/// At most `INLINE_DELIVERIES + 1` items: leave room for your own writes
+/// (a transaction holds 100) or pass fewer endpoints per event.
+pub fn event_items(
+    table: &str,
+    app_id: AppId,
+    event_type: &str,
+    payload: &serde_json::Value,
+    endpoints: &[Endpoint],
+    now: DateTime<Utc>,
+    retention: Duration,
+) -> Result<(Vec<TransactWriteItem>, IngestResponse)> {
+    let event_type = EventType::parse(event_type)?;
+    let mut rng = StdRng::from_entropy();
+    let (new, response) = plan_event(app_id, event_type, payload, endpoints, now, &mut rng);
+    Ok((transact_items(table, &new, retention)?, response))
+}

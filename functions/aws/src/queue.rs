@@ -1,0 +1,175 @@
+//! [`SqsQueue`]: the pipeline's [`Queue`] on the delivery queue and its DLQ.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::Client;
+use hookline_pipeline::messages::DeliveryMessage;
+use hookline_pipeline::ports::{DlqEntry, Queue, Result};
+
+use crate::error::{corrupt, queue_error};
+
+/// The delivery queue and DLQ. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: Client,
+    queue_url: String,
+    dlq_url: String,
+}
+
+impl SqsQueue {
+    pub fn new(client: Client, queue_url: impl Into<String>, dlq_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+            dlq_url: dlq_url.into(),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    pub fn dlq_url(&self) -> &str {
+        &self.dlq_url
+    }
+}
+
+impl Queue for SqsQueue {
+    async fn send_deliveries(&self, messages: &[(DeliveryMessage, i32)]) -> Result<Vec<usize>> {
+        let mut failed = Vec::new();
+        for (chunk_index, chunk) in messages.chunks(10).enumerate() {
+            let base = chunk_index * 10;
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, (message, delay))| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id((base + i).to_string())
+                        .message_body(message.to_json())
+                        .delay_seconds(*delay)
+                        .build()
+                        .map_err(|e| corrupt("SendMessageBatch entry", e))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| queue_error("SendMessageBatch", e))?;
+            for f in out.failed() {
+                tracing::warn!(code = f.code(), sender_fault = f.sender_fault(), "SendMessageBatch entry refused");
+                if let Ok(i) = f.id().parse::<usize>() {
+                    failed.push(i);
+                }
+            }
+        }
+        Ok(failed)
+    }
+
+    async fn send_to_dlq(&self, message: &DeliveryMessage) -> Result<()> {
+        self.client
+            .send_message()
+            .queue_url(&self.dlq_url)
+            .message_body(message.to_json())
+            .send()
+            .await
+            .map_err(|e| queue_error("SendMessage", e))?;
+        Ok(())
+    }
+
+    async fn receive_dlq(&self, max: i32, visibility: Duration) -> Result<Vec<DlqEntry>> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(max.clamp(1, 10))
+            .visibility_timeout(i32::try_from(visibility.as_secs()).unwrap_or(43_200))
+            .wait_time_seconds(0)
+            .send()
+            .await
+            .map_err(|e| queue_error("ReceiveMessage", e))?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| {
+                Some(DlqEntry {
+                    receipt_handle: m.receipt_handle?,
+                    body: m.body.unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    async fn delete_dlq(&self, receipt_handles: &[String]) -> Result<()> {
+        for chunk in receipt_handles.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(r)
+                        .build()
+                        .map_err(|e| corrupt("DeleteMessageBatch entry", e))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.client
+                .delete_message_batch()
+                .queue_url(&self.dlq_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| queue_error("DeleteMessageBatch", e))?;
+        }
+        Ok(())
+    }
+
+    async fn release_dlq(&self, receipt_handles: &[String]) -> Result<()> {
+        for chunk in receipt_handles.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(r)
+                        .visibility_timeout(0)
+                        .build()
+                        .map_err(|e| corrupt("ChangeMessageVisibilityBatch entry", e))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.client
+                .change_message_visibility_batch()
+                .queue_url(&self.dlq_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| queue_error("ChangeMessageVisibilityBatch", e))?;
+        }
+        Ok(())
+    }
+
+    async fn dlq_depth(&self) -> Result<u64> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.dlq_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(|e| queue_error("GetQueueAttributes", e))?;
+        let attrs = out.attributes.unwrap_or_default();
+        let get = |k: QueueAttributeName| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        Ok(get(QueueAttributeName::ApproximateNumberOfMessages) + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+    }
+}

@@ -1,0 +1,360 @@
+//! The single-table design.
+//!
+//! | item | PK | SK | GSI1 (by endpoint) | GSI2 (by status) |
+//! |---|---|---|---|---|
+//! | endpoint | `APP#{app}` | `EP#{endpoint}` | | |
+//! | event | `EVT#{event}` | `EVT` | | |
+//! | delivery | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
+//! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
+//!
+//! Deliveries and events each have their own partition (no hot partition per
+//! app). The GSI partition keys are sharded by a hash of the delivery id into
+//! [`SHARDS`] so one busy endpoint or app spreads its writes; a list query
+//! reads the shards and merges by the (time-ordered) delivery id. No request
+//! path scans. `expires_at` (epoch seconds) is the TTL attribute; `kind` tells
+//! item types apart (the stream filter uses it).
+
+use chrono::{DateTime, Utc};
+use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
+use hookline_pipeline::dispatch::StreamChange;
+use hookline_pipeline::ports::{IdempotencyRecord, StoredEvent};
+use hookline_pipeline::PipelineError;
+use serde::{Deserialize, Serialize};
+use serde_dynamo::Item;
+
+use crate::error::corrupt;
+
+pub const PK: &str = "PK";
+pub const SK: &str = "SK";
+pub const GSI_BY_ENDPOINT: &str = "GSI1";
+pub const GSI_BY_STATUS: &str = "GSI2";
+pub const TTL_ATTRIBUTE: &str = "expires_at";
+/// Shards of each GSI partition key.
+pub const SHARDS: u32 = 4;
+/// Idempotency keys are remembered this long.
+pub const IDEMPOTENCY_TTL_SECS: i64 = 24 * 3600;
+
+pub const KIND_ENDPOINT: &str = "endpoint";
+pub const KIND_EVENT: &str = "event";
+pub const KIND_DELIVERY: &str = "delivery";
+pub const KIND_IDEMPOTENCY: &str = "idempotency";
+
+pub fn app_pk(app: &AppId) -> String {
+    format!("APP#{app}")
+}
+pub fn endpoint_sk(id: &EndpointId) -> String {
+    format!("EP#{id}")
+}
+pub fn event_pk(id: &EventId) -> String {
+    format!("EVT#{id}")
+}
+pub const EVENT_SK: &str = "EVT";
+pub fn delivery_pk(id: &DeliveryId) -> String {
+    format!("DLV#{id}")
+}
+pub const DELIVERY_SK: &str = "DLV";
+pub fn idempotency_pk(app: &AppId, key: &str) -> String {
+    format!("IDEM#{app}#{key}")
+}
+pub const IDEMPOTENCY_SK: &str = "IDEM";
+
+/// FNV-1a of the id, modulo [`SHARDS`]: stable across processes and versions.
+pub fn shard_of(id: &DeliveryId) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in id.as_str().bytes() {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash % SHARDS
+}
+
+pub fn by_endpoint_pk(endpoint: &EndpointId, shard: u32) -> String {
+    format!("EP#{endpoint}#{shard}")
+}
+
+pub fn by_status_pk(app: &AppId, status: DeliveryStatus, shard: u32) -> String {
+    format!("ST#{app}#{status}#{shard}")
+}
+
+fn epoch_after(at: DateTime<Utc>, retention: std::time::Duration) -> i64 {
+    at.timestamp() + i64::try_from(retention.as_secs()).unwrap_or(i64::MAX / 4)
+}
+
+#[derive(Serialize)]
+struct EndpointItem<'a> {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: String,
+    kind: &'static str,
+    #[serde(flatten)]
+    endpoint: &'a Endpoint,
+}
+
+#[derive(Serialize)]
+struct EventItem<'a> {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: &'static str,
+    kind: &'static str,
+    #[serde(flatten)]
+    event: &'a Event,
+    fanout_remaining: &'a [EndpointId],
+    fanout_version: u32,
+    /// Present (true) only while fan-out remains: the stream filter's hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fanout: Option<bool>,
+    expires_at: i64,
+}
+
+#[derive(Serialize)]
+struct DeliveryItem<'a> {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: &'static str,
+    kind: &'static str,
+    #[serde(rename = "GSI1PK")]
+    gsi1pk: String,
+    #[serde(rename = "GSI1SK")]
+    gsi1sk: &'a str,
+    #[serde(rename = "GSI2PK")]
+    gsi2pk: String,
+    #[serde(rename = "GSI2SK")]
+    gsi2sk: &'a str,
+    #[serde(flatten)]
+    delivery: &'a Delivery,
+    expires_at: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct IdempotencyItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: String,
+    kind: String,
+    app_id: AppId,
+    key: String,
+    request_hash: String,
+    response: String,
+    created_at: DateTime<Utc>,
+    expires_at: i64,
+}
+
+#[derive(Deserialize, Default)]
+struct FanoutFields {
+    #[serde(default)]
+    fanout_remaining: Vec<EndpointId>,
+    #[serde(default)]
+    fanout_version: u32,
+}
+
+#[derive(Deserialize)]
+struct KindOnly {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    fanout: Option<bool>,
+    #[serde(default, rename = "id")]
+    id: Option<String>,
+}
+
+fn to_item<T: Serialize>(what: &str, value: &T) -> Result<Item, PipelineError> {
+    serde_dynamo::to_item(value).map_err(|e| corrupt(what, e))
+}
+
+pub fn endpoint_item(endpoint: &Endpoint) -> Result<Item, PipelineError> {
+    to_item(
+        "endpoint",
+        &EndpointItem {
+            pk: app_pk(&endpoint.app_id),
+            sk: endpoint_sk(&endpoint.id),
+            kind: KIND_ENDPOINT,
+            endpoint,
+        },
+    )
+}
+
+pub fn event_item(
+    event: &Event,
+    fanout_remaining: &[EndpointId],
+    fanout_version: u32,
+    retention: std::time::Duration,
+) -> Result<Item, PipelineError> {
+    to_item(
+        "event",
+        &EventItem {
+            pk: event_pk(&event.id),
+            sk: EVENT_SK,
+            kind: KIND_EVENT,
+            event,
+            fanout_remaining,
+            fanout_version,
+            fanout: (!fanout_remaining.is_empty()).then_some(true),
+            expires_at: epoch_after(event.created_at, retention),
+        },
+    )
+}
+
+pub fn delivery_item(delivery: &Delivery, retention: std::time::Duration) -> Result<Item, PipelineError> {
+    let shard = shard_of(&delivery.id);
+    to_item(
+        "delivery",
+        &DeliveryItem {
+            pk: delivery_pk(&delivery.id),
+            sk: DELIVERY_SK,
+            kind: KIND_DELIVERY,
+            gsi1pk: by_endpoint_pk(&delivery.endpoint_id, shard),
+            gsi1sk: delivery.id.as_str(),
+            gsi2pk: by_status_pk(&delivery.app_id, delivery.status, shard),
+            gsi2sk: delivery.id.as_str(),
+            delivery,
+            expires_at: epoch_after(delivery.created_at, retention),
+        },
+    )
+}
+
+pub fn idempotency_item(record: &IdempotencyRecord) -> Result<Item, PipelineError> {
+    to_item(
+        "idempotency record",
+        &IdempotencyItem {
+            pk: idempotency_pk(&record.app_id, &record.key),
+            sk: IDEMPOTENCY_SK.into(),
+            kind: KIND_IDEMPOTENCY.into(),
+            app_id: record.app_id.clone(),
+            key: record.key.clone(),
+            request_hash: record.request_hash.clone(),
+            response: record.response.clone(),
+            created_at: record.created_at,
+            expires_at: record.created_at.timestamp() + IDEMPOTENCY_TTL_SECS,
+        },
+    )
+}
+
+pub fn endpoint_from_item(item: Item) -> Result<Endpoint, PipelineError> {
+    serde_dynamo::from_item(item).map_err(|e| corrupt("endpoint item", e))
+}
+
+pub fn delivery_from_item(item: Item) -> Result<Delivery, PipelineError> {
+    serde_dynamo::from_item(item).map_err(|e| corrupt("delivery item", e))
+}
+
+pub fn event_from_item(item: Item) -> Result<StoredEvent, PipelineError> {
+    let fanout: FanoutFields = serde_dynamo::from_item(item.clone()).map_err(|e| corrupt("event item", e))?;
+    let event: Event = serde_dynamo::from_item(item).map_err(|e| corrupt("event item", e))?;
+    Ok(StoredEvent {
+        event,
+        fanout_remaining: fanout.fanout_remaining,
+        fanout_version: fanout.fanout_version,
+    })
+}
+
+/// Reads an idempotency record; `None` once expired (TTL deletion lags).
+pub fn idempotency_from_item(item: Item, now: DateTime<Utc>) -> Result<Option<IdempotencyRecord>, PipelineError> {
+    let row: IdempotencyItem = serde_dynamo::from_item(item).map_err(|e| corrupt("idempotency item", e))?;
+    if row.expires_at <= now.timestamp() {
+        return Ok(None);
+    }
+    Ok(Some(IdempotencyRecord {
+        app_id: row.app_id,
+        key: row.key,
+        request_hash: row.request_hash,
+        response: row.response,
+        created_at: row.created_at,
+    }))
+}
+
+/// What a stream record's new image asks of dispatch. Decided from the new
+/// image alone; an undecodable delivery image is an error (reported, retried,
+/// then sent to the on-failure destination), never silently ignored.
+pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
+    let head: KindOnly = serde_dynamo::from_item(image.clone()).map_err(|e| corrupt("stream image", e))?;
+    match head.kind.as_str() {
+        KIND_DELIVERY => {
+            let delivery = delivery_from_item(image)?;
+            Ok(if delivery.status == DeliveryStatus::Pending {
+                StreamChange::PendingDelivery(Box::new(delivery))
+            } else {
+                StreamChange::Ignored
+            })
+        }
+        KIND_EVENT if head.fanout == Some(true) => {
+            let id = head.id.ok_or_else(|| corrupt("event image", "no id"))?;
+            Ok(StreamChange::EventFanout(EventId::parse(&id)?))
+        }
+        _ => Ok(StreamChange::Ignored),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookline_core::model::EventType;
+    use hookline_core::signing::Secret;
+    use std::time::Duration;
+
+    fn sample() -> (Event, Delivery, Endpoint) {
+        let now = Utc::now();
+        let app = AppId::parse("shop").unwrap();
+        let event = Event::new(EventId::generate(), app.clone(), EventType::parse("order.paid").unwrap(), &serde_json::json!({"a": [1, 2.5, null, "x"]}), now);
+        let ep = Endpoint {
+            id: EndpointId::generate(),
+            app_id: app,
+            url: "https://example.com/h".into(),
+            description: Some("d".into()),
+            event_types: vec!["order.*".into()],
+            secret: Secret::generate(&mut rand::thread_rng()),
+            previous_secrets: vec![],
+            disabled: false,
+            disabled_reason: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let d = Delivery::new(DeliveryId::for_event_endpoint(&event.id, &ep.id), &event, ep.id.clone(), now);
+        (event, d, ep)
+    }
+
+    #[test]
+    fn items_round_trip() {
+        let (event, delivery, endpoint) = sample();
+        let item = delivery_item(&delivery, Duration::from_secs(86400)).unwrap();
+        assert_eq!(delivery_from_item(item.clone()).unwrap(), delivery);
+        let item = endpoint_item(&endpoint).unwrap();
+        assert_eq!(endpoint_from_item(item).unwrap(), endpoint);
+        let rest = vec![EndpointId::generate()];
+        let item = event_item(&event, &rest, 3, Duration::from_secs(86400)).unwrap();
+        let stored = event_from_item(item.clone()).unwrap();
+        assert_eq!(stored.event, event);
+        assert_eq!(stored.fanout_remaining, rest);
+        assert_eq!(stored.fanout_version, 3);
+        assert_eq!(decode_stream_image(item).unwrap(), StreamChange::EventFanout(event.id.clone()));
+    }
+
+    #[test]
+    fn stream_decoding() {
+        let (event, mut delivery, endpoint) = sample();
+        let item = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
+        assert!(matches!(decode_stream_image(item).unwrap(), StreamChange::PendingDelivery(_)));
+        delivery.status = DeliveryStatus::Delivered;
+        let item = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
+        assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
+        assert_eq!(decode_stream_image(endpoint_item(&endpoint).unwrap()).unwrap(), StreamChange::Ignored);
+        let item = event_item(&event, &[], 0, Duration::from_secs(1)).unwrap();
+        assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
+        let mut bad = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
+        bad.remove("status");
+        assert!(decode_stream_image(bad).is_err());
+    }
+
+    #[test]
+    fn shards_are_spread() {
+        let mut counts = [0; SHARDS as usize];
+        for _ in 0..4000 {
+            counts[shard_of(&DeliveryId::generate()) as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
+    }
+}

@@ -1,0 +1,365 @@
+//! [`DynamoStore`]: the pipeline's [`Store`] on one DynamoDB table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use aws_sdk_dynamodb::Client;
+use chrono::{DateTime, Utc};
+use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
+use hookline_pipeline::ports::{CommitOutcome, IdempotencyRecord, NewEvent, Result, Store, StoredEvent};
+use hookline_pipeline::PipelineError;
+use serde_dynamo::Item;
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::error::{corrupt, store_error};
+use crate::outbox;
+use crate::schema::{self, *};
+
+/// The DynamoDB store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    retention: Duration,
+    /// Held across every call when set (moto loses writes under concurrency).
+    serial: Option<Arc<Mutex<()>>>,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn av<T: serde::Serialize>(value: &T) -> Result<AttributeValue> {
+    serde_dynamo::to_attribute_value(value).map_err(|e| corrupt("attribute", e))
+}
+
+fn into_sdk(item: Item) -> HashMap<String, AttributeValue> {
+    item.into()
+}
+
+/// Whether a cancelled transaction's reason is a failed condition.
+fn condition_failed(reason: &CancellationReason) -> bool {
+    reason.code() == Some("ConditionalCheckFailed")
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>, retention: Duration) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            retention,
+            serial: None,
+        }
+    }
+
+    /// Serialises every call through `lock` (share one lock per moto server).
+    pub fn serialized(mut self, lock: Arc<Mutex<()>>) -> Self {
+        self.serial = Some(lock);
+        self
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    async fn guard(&self) -> Option<MutexGuard<'_, ()>> {
+        match &self.serial {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        }
+    }
+
+    fn key(pk: String, sk: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
+    }
+
+    async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
+        let _g = self.guard().await;
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(pk, sk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem", e))?;
+        Ok(out.item.map(Item::from))
+    }
+
+    /// Lists an app's deliveries by status (GSI2), newest first, `limit` at
+    /// most, older than `before` when given. Reads every shard and merges.
+    pub async fn deliveries_by_status(
+        &self,
+        app: &AppId,
+        status: DeliveryStatus,
+        before: Option<&DeliveryId>,
+        limit: i32,
+    ) -> Result<Vec<Delivery>> {
+        let keys: Vec<String> = (0..SHARDS).map(|shard| by_status_pk(app, status, shard)).collect();
+        self.query_sharded(GSI_BY_STATUS, "GSI2PK", "GSI2SK", &keys, before, limit).await
+    }
+
+    /// Lists an endpoint's deliveries (GSI1), newest first.
+    pub async fn deliveries_by_endpoint(&self, endpoint: &EndpointId, before: Option<&DeliveryId>, limit: i32) -> Result<Vec<Delivery>> {
+        let keys: Vec<String> = (0..SHARDS).map(|shard| by_endpoint_pk(endpoint, shard)).collect();
+        self.query_sharded(GSI_BY_ENDPOINT, "GSI1PK", "GSI1SK", &keys, before, limit).await
+    }
+
+    async fn query_sharded(
+        &self,
+        index: &str,
+        pk_attr: &str,
+        sk_attr: &str,
+        keys: &[String],
+        before: Option<&DeliveryId>,
+        limit: i32,
+    ) -> Result<Vec<Delivery>> {
+        let mut all = Vec::new();
+        for key in keys {
+            let _g = self.guard().await;
+            let mut q = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(index)
+                .scan_index_forward(false)
+                .limit(limit)
+                .expression_attribute_names("#pk", pk_attr)
+                .expression_attribute_values(":pk", s(key.clone()));
+            q = match before {
+                Some(id) => q
+                    .key_condition_expression("#pk = :pk AND #sk < :before")
+                    .expression_attribute_names("#sk", sk_attr)
+                    .expression_attribute_values(":before", s(id.as_str())),
+                None => q.key_condition_expression("#pk = :pk"),
+            };
+            let out = q.send().await.map_err(|e| store_error("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                all.push(schema::delivery_from_item(Item::from(item))?);
+            }
+        }
+        all.sort_by(|a, b| b.id.cmp(&a.id));
+        all.truncate(usize::try_from(limit).unwrap_or(0));
+        Ok(all)
+    }
+
+    async fn transact(&self, items: Vec<TransactWriteItem>) -> std::result::Result<(), TransactFailure> {
+        let _g = self.guard().await;
+        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) =
+                    err.as_service_error()
+                {
+                    let reasons = c.cancellation_reasons().to_vec();
+                    if reasons.iter().any(condition_failed) {
+                        return Err(TransactFailure::Conditions(reasons));
+                    }
+                }
+                Err(TransactFailure::Other(store_error("TransactWriteItems", err)))
+            }
+        }
+    }
+}
+
+enum TransactFailure {
+    /// Cancelled because of the conditions at these positions.
+    Conditions(Vec<CancellationReason>),
+    Other(PipelineError),
+}
+
+impl Store for DynamoStore {
+    async fn list_endpoints(&self, app: &AppId) -> Result<Vec<Endpoint>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let _g = self.guard().await;
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND begins_with(SK, :ep)")
+                .expression_attribute_values(":pk", s(app_pk(app)))
+                .expression_attribute_values(":ep", s("EP#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            for item in page.items.unwrap_or_default() {
+                out.push(schema::endpoint_from_item(Item::from(item))?);
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>> {
+        self.get(app_pk(app), &endpoint_sk(id)).await?.map(schema::endpoint_from_item).transpose()
+    }
+
+    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
+        let item = into_sdk(schema::endpoint_item(endpoint)?);
+        let _g = self.guard().await;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn disable_endpoint(&self, app: &AppId, id: &EndpointId, reason: &str, now: DateTime<Utc>) -> Result<()> {
+        let _g = self.guard().await;
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
+            .update_expression("SET disabled = :t, disabled_reason = :r, updated_at = :now")
+            .condition_expression("attribute_exists(PK)")
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .expression_attribute_values(":r", s(reason))
+            .expression_attribute_values(":now", av(&now)?)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err) => Err(store_error("UpdateItem", err)),
+        }
+    }
+
+    async fn get_idempotency(&self, app: &AppId, key: &str) -> Result<Option<IdempotencyRecord>> {
+        match self.get(idempotency_pk(app, key), IDEMPOTENCY_SK).await? {
+            Some(item) => schema::idempotency_from_item(item, Utc::now()),
+            None => Ok(None),
+        }
+    }
+
+    async fn commit_event(&self, new: &NewEvent) -> Result<CommitOutcome> {
+        let items = outbox::transact_items(&self.table, new, self.retention)?;
+        let idem_position = items.len() - 1;
+        match self.transact(items).await {
+            Ok(()) => Ok(CommitOutcome::Committed),
+            Err(TransactFailure::Conditions(reasons)) => {
+                let idem_failed = new.idempotency.is_some() && reasons.get(idem_position).is_some_and(condition_failed);
+                if let (true, Some(record)) = (idem_failed, &new.idempotency) {
+                    // A concurrent request with the same key won the race.
+                    // A record may have expired between the two reads (TTL);
+                    // report the conflict then rather than inventing a body.
+                    match self.get_idempotency(&record.app_id, &record.key).await? {
+                        Some(existing) => Ok(CommitOutcome::IdempotencyKeyTaken(existing)),
+                        None => Err(PipelineError::Store {
+                            message: "idempotency record vanished during a race; retry".into(),
+                            retryable: true,
+                        }),
+                    }
+                } else {
+                    Err(PipelineError::Store {
+                        message: format!("event transaction cancelled: {reasons:?}"),
+                        retryable: false,
+                    })
+                }
+            }
+            Err(TransactFailure::Other(err)) => Err(err),
+        }
+    }
+
+    async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
+        self.get(event_pk(id), EVENT_SK).await?.map(schema::event_from_item).transpose()
+    }
+
+    async fn materialise_fanout(&self, event_id: &EventId, version: u32, deliveries: &[Delivery], remaining: &[EndpointId]) -> Result<bool> {
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(event_pk(event_id), EVENT_SK)))
+            .condition_expression("fanout_version = :v")
+            .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+            .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()))
+            .expression_attribute_values(":rest", av(&remaining)?)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
+        update = if remaining.is_empty() {
+            update.update_expression("SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout")
+        } else {
+            update.update_expression("SET fanout_version = :next, fanout_remaining = :rest")
+        };
+        let mut items = vec![TransactWriteItem::builder()
+            .update(update.build().map_err(|e| corrupt("update", e))?)
+            .build()];
+        for d in deliveries {
+            items.push(outbox::put_new(&self.table, schema::delivery_item(d, self.retention)?)?);
+        }
+        match self.transact(items).await {
+            Ok(()) => Ok(true),
+            Err(TransactFailure::Conditions(reasons)) if reasons.first().is_some_and(condition_failed) => Ok(false),
+            Err(TransactFailure::Conditions(reasons)) => Err(PipelineError::Store {
+                message: format!("fan-out transaction cancelled: {reasons:?}"),
+                retryable: true,
+            }),
+            Err(TransactFailure::Other(err)) => Err(err),
+        }
+    }
+
+    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
+        self.get(delivery_pk(id), DELIVERY_SK).await?.map(schema::delivery_from_item).transpose()
+    }
+
+    async fn update_delivery(&self, d: &Delivery, expected_status: DeliveryStatus, expected_attempt_count: u32) -> Result<bool> {
+        let shard = shard_of(&d.id);
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(delivery_pk(&d.id), DELIVERY_SK)))
+            .condition_expression("#status = :expected_status AND attempt_count = :expected_count")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":expected_status", s(expected_status.as_str()))
+            .expression_attribute_values(":expected_count", AttributeValue::N(expected_attempt_count.to_string()))
+            .expression_attribute_values(":status", s(d.status.as_str()))
+            .expression_attribute_values(":count", AttributeValue::N(d.attempt_count.to_string()))
+            .expression_attribute_values(":total", AttributeValue::N(d.total_attempts.to_string()))
+            .expression_attribute_values(":manual", AttributeValue::N(d.manual_retries.to_string()))
+            .expression_attribute_values(":attempts", av(&d.attempts)?)
+            .expression_attribute_values(":updated", av(&d.updated_at)?)
+            .expression_attribute_values(":gsi2", s(by_status_pk(&d.app_id, d.status, shard)));
+        let set = "SET #status = :status, attempt_count = :count, total_attempts = :total, manual_retries = :manual, \
+                   attempts = :attempts, updated_at = :updated, GSI2PK = :gsi2";
+        req = match d.next_attempt_at {
+            Some(at) => req
+                .update_expression(format!("{set}, next_attempt_at = :next"))
+                .expression_attribute_values(":next", av(&at)?),
+            None => req.update_expression(format!("{set} REMOVE next_attempt_at")),
+        };
+        let _g = self.guard().await;
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(store_error("UpdateItem", err)),
+        }
+    }
+}
+
+/// Builds a `Put` of `item` that refuses to overwrite (shared with the outbox).
+pub(crate) fn put_if_absent(table: &str, item: Item) -> Result<Put> {
+    Put::builder()
+        .table_name(table)
+        .set_item(Some(into_sdk(item)))
+        .condition_expression("attribute_not_exists(PK)")
+        .build()
+        .map_err(|e| corrupt("put", e))
+}

@@ -1,0 +1,13 @@
+use aws_lambda_events::event::dynamodb::Event;
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    hookline_aws::clients::init_tracing();
+    let (_settings, store, queue) = hookline_aws::clients::deps_from_env().await?;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
+        let (store, queue) = (&store, &queue);
+        async move { Ok::<_, Error>(hookline_dispatch::handle(store, queue, event.payload, chrono::Utc::now()).await) }
+    }))
+    .await
+}

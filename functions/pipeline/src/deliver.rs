@@ -1,0 +1,247 @@
+//! Queue -> HTTP: one message is one attempt of one delivery.
+//!
+//! Per message: not due yet -> re-queued with the remaining delay (hops of at
+//! most 900 s) and acked; stale (attempt number or state moved on) -> acked
+//! without sending; otherwise sign, POST, and record the attempt with ONE
+//! conditional update that also moves the state (delivered; pending with the
+//! next due time, which re-triggers dispatch through the stream; or failed,
+//! after a copy went to the DLQ).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use hookline_core::ids::{AppId, EndpointId};
+use hookline_core::model::{Attempt, DeliveryStatus, Endpoint, FailReason, Transition};
+use hookline_core::retry::parse_retry_after;
+use hookline_core::signing::{self, Schemes};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::messages::{delay_seconds, DeliveryMessage};
+use crate::metrics::{self, Outcome};
+use crate::ports::{OutgoingRequest, Queue, Sender, Store};
+use crate::{PipelineError, Settings};
+
+/// What handling one message did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliverOutcome {
+    Delivered,
+    /// Attempt failed; the next one is scheduled.
+    RetryScheduled,
+    /// Attempt failed and the delivery is now `failed` (copy in the DLQ).
+    Failed,
+    /// Not due yet: re-queued with the remaining delay.
+    NotDue,
+    /// The message no longer matches the delivery: acked, nothing sent.
+    Stale,
+}
+
+/// A message is handled this much before `not_before` at the earliest (SQS
+/// delays are whole seconds, rounded up by dispatch).
+const EARLY_SLACK_MS: i64 = 500;
+
+/// The deliver use case with its dependencies, built once per process.
+pub struct Deliverer<S, Q, H> {
+    pub store: S,
+    pub queue: Q,
+    pub sender: H,
+    pub settings: Settings,
+    endpoint_cache: Mutex<HashMap<EndpointId, (Instant, Option<Endpoint>)>>,
+    rng: Mutex<StdRng>,
+    clock: fn() -> DateTime<Utc>,
+}
+
+impl<S, Q, H> std::fmt::Debug for Deliverer<S, Q, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deliverer").finish_non_exhaustive()
+    }
+}
+
+impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
+    pub fn new(store: S, queue: Q, sender: H, settings: Settings) -> Self {
+        Self {
+            store,
+            queue,
+            sender,
+            settings,
+            endpoint_cache: Mutex::new(HashMap::new()),
+            rng: Mutex::new(StdRng::from_entropy()),
+            clock: Utc::now,
+        }
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: fn() -> DateTime<Utc>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Handles a batch concurrently; returns the indices of messages to report
+    /// as batch item failures (SQS makes them visible again, and after
+    /// `maxReceiveCount` moves them to the DLQ).
+    pub async fn handle_batch(&self, bodies: &[&str]) -> Vec<usize> {
+        let results = futures::future::join_all(bodies.iter().map(|body| self.handle_body(body))).await;
+        results
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Ok(_) => None,
+                Err(err) => {
+                    tracing::error!(error = %err, retryable = err.is_retryable(), "delivery message failed; left on the queue");
+                    Some(i)
+                }
+            })
+            .collect()
+    }
+
+    /// Parses and handles one message body.
+    pub async fn handle_body(&self, body: &str) -> Result<DeliverOutcome, PipelineError> {
+        let message: DeliveryMessage = serde_json::from_str(body)
+            .map_err(|e| PipelineError::Corrupt(format!("delivery message is not valid: {e}")))?;
+        self.handle(&message).await
+    }
+
+    /// Handles one message.
+    pub async fn handle(&self, message: &DeliveryMessage) -> Result<DeliverOutcome, PipelineError> {
+        let now = (self.clock)();
+        if (message.not_before - now).num_milliseconds() > EARLY_SLACK_MS {
+            let delay = delay_seconds(message.not_before, now);
+            let failed = self.queue.send_deliveries(&[(message.clone(), delay)]).await?;
+            if !failed.is_empty() {
+                return Err(PipelineError::Queue {
+                    message: "re-queue of a not-yet-due message was refused".into(),
+                    retryable: true,
+                });
+            }
+            tracing::debug!(delivery_id = %message.delivery_id, delay_seconds = delay, "not due yet; re-queued");
+            return Ok(DeliverOutcome::NotDue);
+        }
+        let Some(mut delivery) = self.store.get_delivery(&message.delivery_id).await? else {
+            tracing::warn!(delivery_id = %message.delivery_id, "message for an unknown delivery acked");
+            return Ok(DeliverOutcome::Stale);
+        };
+        if delivery.status != DeliveryStatus::Pending || delivery.next_attempt_number() != message.attempt {
+            tracing::info!(
+                delivery_id = %delivery.id,
+                status = %delivery.status,
+                message_attempt = message.attempt,
+                next_attempt = delivery.next_attempt_number(),
+                "stale message acked"
+            );
+            return Ok(DeliverOutcome::Stale);
+        }
+        let expected_count = delivery.attempt_count;
+        let number = delivery.next_attempt_number();
+        let endpoint = self.endpoint(&delivery.app_id, &delivery.endpoint_id).await?;
+        let not_deliverable = |reason: &str| Attempt::new(number, now, None, Duration::ZERO, Some(reason.to_owned()), None);
+
+        let (transition, latency_ms) = match endpoint.as_ref() {
+            None => (delivery.fail_now(not_deliverable("endpoint deleted"))?, 0),
+            Some(ep) if ep.disabled => (delivery.fail_now(not_deliverable("endpoint disabled"))?, 0),
+            Some(ep) => match self.store.get_event(&delivery.event_id).await? {
+                None => (delivery.fail_now(not_deliverable("event not found (expired?)"))?, 0),
+                Some(stored) => {
+                    let sent_at = (self.clock)();
+                    let secrets = ep.signing_secrets(sent_at);
+                    let body = stored.event.body.as_bytes();
+                    let headers = signing::sign(delivery.message_id().as_str(), sent_at.timestamp(), body, &secrets, Schemes::default())?;
+                    let result = self
+                        .sender
+                        .send(OutgoingRequest {
+                            url: &ep.url,
+                            headers: &headers,
+                            body,
+                            timeout: self.settings.delivery_timeout,
+                        })
+                        .await;
+                    let attempt = Attempt::new(number, sent_at, result.status, result.latency, result.error.clone(), result.body_prefix.as_deref());
+                    let latency_ms = attempt.latency_ms;
+                    let transition = if result.blocked {
+                        delivery.fail_now(attempt)?
+                    } else {
+                        let done = (self.clock)();
+                        let retry_after = result.retry_after.as_deref().and_then(|v| parse_retry_after(v, done));
+                        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+                        delivery.record_attempt(attempt, retry_after, &self.settings.retry, &mut *rng)?
+                    };
+                    (transition, latency_ms)
+                }
+            },
+        };
+
+        if let Transition::Failed { reason } = &transition {
+            // The DLQ copy goes first: a crash after it leaves a pending
+            // delivery (retried from the queue) plus a copy the redrive skips,
+            // never a failed delivery without a copy.
+            let mut copy = message.clone();
+            copy.failure = Some(
+                delivery
+                    .attempts
+                    .last()
+                    .and_then(|a| a.error.clone().or_else(|| a.status_code.map(|s| format!("HTTP {s}"))))
+                    .unwrap_or_else(|| format!("{reason:?}")),
+            );
+            self.queue.send_to_dlq(&copy).await?;
+        }
+        if !self.store.update_delivery(&delivery, DeliveryStatus::Pending, expected_count).await? {
+            tracing::warn!(delivery_id = %delivery.id, attempt = number, "attempt raced with another writer; result dropped");
+            return Ok(DeliverOutcome::Stale);
+        }
+        let last = delivery.attempts.last();
+        let status_code = last.and_then(|a| a.status_code);
+        let outcome = match &transition {
+            Transition::Delivered => DeliverOutcome::Delivered,
+            Transition::Retry { .. } => DeliverOutcome::RetryScheduled,
+            Transition::Failed { .. } => DeliverOutcome::Failed,
+        };
+        tracing::info!(
+            delivery_id = %delivery.id,
+            event_id = %delivery.event_id,
+            endpoint_id = %delivery.endpoint_id,
+            attempt = number,
+            status_code = status_code,
+            latency_ms = latency_ms,
+            outcome = ?outcome,
+            next_attempt_at = ?delivery.next_attempt_at,
+            "attempt recorded"
+        );
+        metrics::emit(
+            "deliver",
+            match outcome {
+                DeliverOutcome::Delivered => Outcome::Succeeded,
+                DeliverOutcome::RetryScheduled => Outcome::Retried,
+                _ => Outcome::Failed,
+            },
+            latency_ms,
+            delivery.id.as_str(),
+            delivery.endpoint_id.as_str(),
+        );
+        if matches!(transition, Transition::Failed { reason: FailReason::EndpointGone }) {
+            self.store.disable_endpoint(&delivery.app_id, &delivery.endpoint_id, "endpoint answered 410 Gone", now).await?;
+            self.forget_endpoint(&delivery.endpoint_id);
+        }
+        Ok(outcome)
+    }
+
+    async fn endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>, PipelineError> {
+        let ttl = self.settings.endpoint_cache_ttl;
+        if let Some((at, cached)) = self.lock_cache().get(id) {
+            if at.elapsed() < ttl {
+                return Ok(cached.clone());
+            }
+        }
+        let fresh = self.store.get_endpoint(app, id).await?;
+        self.lock_cache().insert(id.clone(), (Instant::now(), fresh.clone()));
+        Ok(fresh)
+    }
+
+    fn forget_endpoint(&self, id: &EndpointId) {
+        self.lock_cache().remove(id);
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointId, (Instant, Option<Endpoint>)>> {
+        self.endpoint_cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,65 @@
+//! The pipeline's one error type.
+
+use hookline_core::CoreError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum PipelineError {
+    /// Bad input from a caller: a 4xx at the API edge, never retried.
+    #[error("{code}: {message}")]
+    Invalid { code: &'static str, message: String },
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// A state conflict (e.g. retrying a delivery that is not failed).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The store (DynamoDB) failed; `retryable` says whether trying again may help.
+    #[error("store error: {message}")]
+    Store { message: String, retryable: bool },
+    /// The queue (SQS) failed.
+    #[error("queue error: {message}")]
+    Queue { message: String, retryable: bool },
+    /// A stored record could not be decoded.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl PipelineError {
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Whether the same operation may succeed if tried again (so a Lambda
+    /// should report the record as a batch item failure rather than drop it).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Store { retryable, .. } | Self::Queue { retryable, .. } => *retryable,
+            Self::Invalid { .. }
+            | Self::NotFound(_)
+            | Self::Conflict(_)
+            | Self::Corrupt(_)
+            | Self::Config(_) => false,
+        }
+    }
+}
+
+impl From<CoreError> for PipelineError {
+    fn from(err: CoreError) -> Self {
+        let code = match &err {
+            CoreError::InvalidId { .. } => "invalid_id",
+            CoreError::InvalidInput { .. } => "invalid_input",
+            CoreError::InvalidSchedule(_) => "invalid_schedule",
+            CoreError::InvalidSecret(_) => "invalid_secret",
+            CoreError::IllegalTransition { .. } => "illegal_transition",
+        };
+        Self::Invalid {
+            code,
+            message: err.to_string(),
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! hookline's delivery pipeline, independent of AWS: the use cases behind the
+//! four Lambdas, written against three coarse ports.
+//!
+//! - [`ports`]: the [`Store`](ports::Store), [`Queue`](ports::Queue) and
+//!   [`Sender`](ports::Sender) traits (one real implementation each: DynamoDB
+//!   and SQS in `hookline-aws`, HTTP in [`sender`]).
+//! - [`settings`]: configuration from `WEBHOOKS_*` environment variables.
+//! - [`messages`]: the SQS message bodies (delivery queue and DLQ).
+//! - [`ingest`]: accept an event: validate, fan out, commit the outbox.
+//! - [`dispatch`]: a stream record of a pending delivery -> a delayed SQS message;
+//!   an event with fan-out left -> its next chunk of deliveries.
+//! - [`deliver`]: an SQS message -> a signed POST -> one conditional update.
+//! - [`redrive`]: drain the DLQ on demand (manual retry).
+//! - [`sender`]: the reqwest HTTP sender with the private-address guard.
+//! - [`metrics`]: CloudWatch Embedded Metric Format log lines.
+//! - [`error`]: [`PipelineError`], saying what is retryable.
+
+pub mod deliver;
+pub mod dispatch;
+pub mod error;
+pub mod ingest;
+pub mod messages;
+pub mod metrics;
+pub mod ports;
+pub mod redrive;
+pub mod sender;
+pub mod settings;
+
+pub use error::PipelineError;
+pub use settings::Settings;

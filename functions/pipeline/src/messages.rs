@@ -1,0 +1,71 @@
+//! SQS message bodies. The same shape travels on the delivery queue and in the
+//! DLQ (SQS's redrive policy moves delivery messages there unchanged).
+
+use chrono::{DateTime, Utc};
+use hookline_core::ids::{DeliveryId, EndpointId};
+use serde::{Deserialize, Serialize};
+
+/// "Attempt number `attempt` of delivery `delivery_id` is due at `not_before`."
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryMessage {
+    pub delivery_id: DeliveryId,
+    /// 1-based attempt number within the delivery's current budget.
+    pub attempt: u32,
+    pub not_before: DateTime<Utc>,
+    pub app_id: String,
+    pub endpoint_id: EndpointId,
+    pub event_type: String,
+    /// Set on copies sent to the DLQ: why the delivery failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+impl DeliveryMessage {
+    pub fn to_json(&self) -> String {
+        // A struct of strings and numbers always serializes.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// SQS's largest `DelaySeconds`.
+pub const MAX_DELAY_SECS: i64 = 900;
+
+/// `clamp(not_before - now, 0, 900)` in whole seconds (rounded up so a message
+/// never arrives early by a fraction of a second).
+pub fn delay_seconds(not_before: DateTime<Utc>, now: DateTime<Utc>) -> i32 {
+    let millis = (not_before - now).num_milliseconds();
+    let secs = if millis <= 0 { 0 } else { (millis + 999) / 1000 };
+    secs.clamp(0, MAX_DELAY_SECS) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn delay_is_clamped_and_rounded_up() {
+        let now = Utc::now();
+        assert_eq!(delay_seconds(now - Duration::seconds(5), now), 0);
+        assert_eq!(delay_seconds(now, now), 0);
+        assert_eq!(delay_seconds(now + Duration::milliseconds(1), now), 1);
+        assert_eq!(delay_seconds(now + Duration::seconds(30), now), 30);
+        assert_eq!(delay_seconds(now + Duration::minutes(256), now), 900);
+    }
+
+    #[test]
+    fn message_round_trips() {
+        let m = DeliveryMessage {
+            delivery_id: DeliveryId::generate(),
+            attempt: 2,
+            not_before: Utc::now(),
+            app_id: "app".into(),
+            endpoint_id: EndpointId::generate(),
+            event_type: "a.b".into(),
+            failure: None,
+        };
+        let back: DeliveryMessage = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(back, m);
+        assert!(!m.to_json().contains("failure"));
+    }
+}

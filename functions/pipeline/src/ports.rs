@@ -1,0 +1,154 @@
+//! The three ports of the pipeline. Each has one real implementation:
+//! [`Store`] and [`Queue`] in `hookline-aws` (DynamoDB, SQS), [`Sender`] in
+//! [`crate::sender`] (reqwest). Unit tests use in-memory fakes.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
+use hookline_core::signing::SignedHeaders;
+
+use crate::messages::DeliveryMessage;
+use crate::PipelineError;
+
+pub type Result<T> = std::result::Result<T, PipelineError>;
+
+/// A stored `Idempotency-Key`: the response first given for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    pub app_id: AppId,
+    pub key: String,
+    /// SHA-256 of the request, to tell a replay from a reuse of the key.
+    pub request_hash: String,
+    /// The JSON response body first returned.
+    pub response: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Everything ingest commits in one transaction.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub event: Event,
+    /// Deliveries written in the same transaction (at most [`INLINE_DELIVERIES`]).
+    pub deliveries: Vec<Delivery>,
+    /// Endpoints whose deliveries dispatch materialises later (large fan-outs).
+    pub fanout_remaining: Vec<EndpointId>,
+    pub idempotency: Option<IdempotencyRecord>,
+}
+
+/// Deliveries written in the ingest transaction itself: 100 items at most per
+/// transaction, minus the event and the idempotency record.
+pub const INLINE_DELIVERIES: usize = 98;
+/// Deliveries materialised per dispatch transaction (100 minus the event update).
+pub const FANOUT_CHUNK: usize = 99;
+
+/// Outcome of [`Store::commit_event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitOutcome {
+    Committed,
+    /// The idempotency key was taken meanwhile: nothing was written.
+    IdempotencyKeyTaken(IdempotencyRecord),
+}
+
+/// An event as stored, with its fan-out progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub event: Event,
+    pub fanout_remaining: Vec<EndpointId>,
+    /// Bumped by each materialised chunk (optimistic concurrency).
+    pub fanout_version: u32,
+}
+
+/// The persistent state: endpoints, events, deliveries, idempotency keys.
+pub trait Store: Send + Sync {
+    /// Every endpoint of an app (enabled or not).
+    fn list_endpoints(&self, app: &AppId) -> impl Future<Output = Result<Vec<Endpoint>>> + Send;
+    fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> impl Future<Output = Result<Option<Endpoint>>> + Send;
+    /// Creates or replaces an endpoint.
+    fn put_endpoint(&self, endpoint: &Endpoint) -> impl Future<Output = Result<()>> + Send;
+    /// Disables an endpoint with a reason (e.g. it answered 410 Gone).
+    fn disable_endpoint(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    fn get_idempotency(&self, app: &AppId, key: &str) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send;
+    /// Event + inline deliveries + idempotency record, in one transaction.
+    fn commit_event(&self, new: &NewEvent) -> impl Future<Output = Result<CommitOutcome>> + Send;
+    fn get_event(&self, id: &EventId) -> impl Future<Output = Result<Option<StoredEvent>>> + Send;
+    /// Writes `deliveries` and sets the event's remaining fan-out to
+    /// `remaining`, in one transaction, if the event is still at `version`.
+    /// `Ok(false)`: the version moved on (another run did it); nothing written.
+    fn materialise_fanout(
+        &self,
+        event_id: &EventId,
+        version: u32,
+        deliveries: &[Delivery],
+        remaining: &[EndpointId],
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    fn get_delivery(&self, id: &DeliveryId) -> impl Future<Output = Result<Option<Delivery>>> + Send;
+    /// Writes the delivery's new state if it is still `expected_status` with
+    /// `expected_attempt_count` attempts. `Ok(false)` when it is not (stale).
+    fn update_delivery(
+        &self,
+        delivery: &Delivery,
+        expected_status: DeliveryStatus,
+        expected_attempt_count: u32,
+    ) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// A message received from the DLQ.
+#[derive(Debug, Clone)]
+pub struct DlqEntry {
+    pub receipt_handle: String,
+    pub body: String,
+}
+
+/// The delivery queue and its DLQ.
+pub trait Queue: Send + Sync {
+    /// Sends `(message, delay_seconds)` pairs (batched by 10). Returns the
+    /// indices of the messages that were not accepted.
+    fn send_deliveries(&self, messages: &[(DeliveryMessage, i32)]) -> impl Future<Output = Result<Vec<usize>>> + Send;
+    /// Puts a copy of a failed delivery in the DLQ.
+    fn send_to_dlq(&self, message: &DeliveryMessage) -> impl Future<Output = Result<()>> + Send;
+    /// Receives up to 10 DLQ messages, hidden for `visibility` meanwhile.
+    fn receive_dlq(&self, max: i32, visibility: Duration) -> impl Future<Output = Result<Vec<DlqEntry>>> + Send;
+    fn delete_dlq(&self, receipt_handles: &[String]) -> impl Future<Output = Result<()>> + Send;
+    /// Makes received DLQ messages visible again at once.
+    fn release_dlq(&self, receipt_handles: &[String]) -> impl Future<Output = Result<()>> + Send;
+    /// Approximate number of messages in the DLQ.
+    fn dlq_depth(&self) -> impl Future<Output = Result<u64>> + Send;
+}
+
+/// One signed POST.
+#[derive(Debug, Clone, Copy)]
+pub struct OutgoingRequest<'a> {
+    pub url: &'a str,
+    pub headers: &'a SignedHeaders,
+    pub body: &'a [u8],
+    pub timeout: Duration,
+}
+
+/// What came of a POST: a status, or an error without one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendResult {
+    pub status: Option<u16>,
+    pub retry_after: Option<String>,
+    /// The first bytes of the response body.
+    pub body_prefix: Option<Vec<u8>>,
+    pub error: Option<String>,
+    pub latency: Duration,
+    /// The address was refused by the private-address guard: not retryable.
+    pub blocked: bool,
+}
+
+/// Sends webhooks.
+pub trait Sender: Send + Sync {
+    fn send(&self, request: OutgoingRequest<'_>) -> impl Future<Output = SendResult> + Send;
+}

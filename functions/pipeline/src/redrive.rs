@@ -1,0 +1,196 @@
+//! Manual redrive: drain the DLQ on demand (the retry function, and later
+//! `POST /v1/dlq/redrive`). Native SQS move tasks are not used: each message's
+//! delivery is restarted in the table, and the stream dispatches it again.
+//!
+//! Per DLQ message: a `failed` delivery goes back to `pending` with a fresh
+//! attempt budget (its manual retry count and attempt log kept); a `pending`
+//! one (its queue message exhausted SQS's receive count) is queued again; a
+//! `delivered` or unknown one is just deleted. Messages not matching the
+//! filters, unreadable ones, and everything in a dry run go back to the DLQ.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use hookline_core::model::DeliveryStatus;
+use serde::{Deserialize, Serialize};
+
+use crate::dispatch::message_for;
+use crate::messages::DeliveryMessage;
+use crate::ports::{Queue, Store};
+use crate::PipelineError;
+
+fn default_max() -> u32 {
+    100
+}
+
+/// The retry function's input (and the redrive route's body).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    #[serde(default = "default_max")]
+    pub max_messages: u32,
+    #[serde(default)]
+    pub endpoint_id: Option<String>,
+    #[serde(default)]
+    pub event_type: Option<String>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+impl Default for RedriveRequest {
+    fn default() -> Self {
+        Self {
+            max_messages: default_max(),
+            endpoint_id: None,
+            event_type: None,
+            dry_run: false,
+        }
+    }
+}
+
+/// Largest `max_messages` one call accepts.
+pub const MAX_REDRIVE_MESSAGES: u32 = 10_000;
+
+/// What a redrive did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveReport {
+    pub dry_run: bool,
+    /// DLQ messages looked at.
+    pub received: u32,
+    /// Failed deliveries restarted with a fresh budget.
+    pub redriven: u32,
+    /// Pending deliveries queued again.
+    pub requeued: u32,
+    /// Deleted: the delivery was already delivered.
+    pub already_delivered: u32,
+    /// Deleted: the delivery no longer exists.
+    pub missing: u32,
+    /// Left in the DLQ: filters did not match.
+    pub skipped: u32,
+    /// Left in the DLQ: unreadable message.
+    pub invalid: u32,
+    /// Left in the DLQ: the delivery changed while we worked on it.
+    pub conflicts: u32,
+}
+
+enum Action {
+    Delete,
+    Keep,
+}
+
+/// Drains up to `request.max_messages` DLQ messages.
+pub async fn redrive<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    request: &RedriveRequest,
+    now: DateTime<Utc>,
+) -> Result<RedriveReport, PipelineError> {
+    if request.max_messages == 0 || request.max_messages > MAX_REDRIVE_MESSAGES {
+        return Err(PipelineError::invalid(
+            "invalid_max_messages",
+            format!("max_messages must be 1..={MAX_REDRIVE_MESSAGES}"),
+        ));
+    }
+    let mut report = RedriveReport {
+        dry_run: request.dry_run,
+        ..RedriveReport::default()
+    };
+    // Messages kept are released only at the end, so this loop never sees
+    // them twice.
+    let mut keep: Vec<String> = Vec::new();
+    while report.received < request.max_messages {
+        let want = (request.max_messages - report.received).min(10) as i32;
+        let batch = queue.receive_dlq(want, Duration::from_secs(120)).await?;
+        if batch.is_empty() {
+            break;
+        }
+        let mut delete = Vec::new();
+        for entry in batch {
+            report.received += 1;
+            let action = match handle_entry(store, queue, request, &entry.body, now, &mut report).await {
+                Ok(action) => action,
+                Err(err) => {
+                    keep.extend(std::mem::take(&mut delete));
+                    keep.push(entry.receipt_handle);
+                    let _ = queue.release_dlq(&keep).await;
+                    return Err(err);
+                }
+            };
+            match action {
+                Action::Delete => delete.push(entry.receipt_handle),
+                Action::Keep => keep.push(entry.receipt_handle),
+            }
+        }
+        if !delete.is_empty() {
+            queue.delete_dlq(&delete).await?;
+        }
+    }
+    if !keep.is_empty() {
+        queue.release_dlq(&keep).await?;
+    }
+    tracing::info!(?report, "redrive finished");
+    Ok(report)
+}
+
+async fn handle_entry<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    request: &RedriveRequest,
+    body: &str,
+    now: DateTime<Utc>,
+    report: &mut RedriveReport,
+) -> Result<Action, PipelineError> {
+    let Ok(message) = serde_json::from_str::<DeliveryMessage>(body) else {
+        report.invalid += 1;
+        return Ok(Action::Keep);
+    };
+    let endpoint_matches = request.endpoint_id.as_deref().is_none_or(|e| e == message.endpoint_id.as_str());
+    let type_matches = request.event_type.as_deref().is_none_or(|t| t == message.event_type);
+    if !endpoint_matches || !type_matches {
+        report.skipped += 1;
+        return Ok(Action::Keep);
+    }
+    let Some(mut delivery) = store.get_delivery(&message.delivery_id).await? else {
+        report.missing += 1;
+        return Ok(if request.dry_run { Action::Keep } else { Action::Delete });
+    };
+    match delivery.status {
+        DeliveryStatus::Delivered => {
+            report.already_delivered += 1;
+            Ok(if request.dry_run { Action::Keep } else { Action::Delete })
+        }
+        DeliveryStatus::Failed => {
+            if request.dry_run {
+                report.redriven += 1;
+                return Ok(Action::Keep);
+            }
+            let expected = delivery.attempt_count;
+            delivery.manual_retry(now)?;
+            if store.update_delivery(&delivery, DeliveryStatus::Failed, expected).await? {
+                tracing::info!(delivery_id = %delivery.id, manual_retries = delivery.manual_retries, "delivery redriven");
+                report.redriven += 1;
+                Ok(Action::Delete)
+            } else {
+                report.conflicts += 1;
+                Ok(Action::Keep)
+            }
+        }
+        DeliveryStatus::Pending => {
+            if request.dry_run {
+                report.requeued += 1;
+                return Ok(Action::Keep);
+            }
+            if let Some(pair) = message_for(&delivery, now) {
+                let failed = queue.send_deliveries(&[pair]).await?;
+                if !failed.is_empty() {
+                    return Err(PipelineError::Queue {
+                        message: "re-queue refused".into(),
+                        retryable: true,
+                    });
+                }
+            }
+            report.requeued += 1;
+            Ok(Action::Delete)
+        }
+    }
+}

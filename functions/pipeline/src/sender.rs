@@ -1,0 +1,274 @@
+//! The real [`Sender`]: reqwest, no redirects, a per-request timeout, a bounded
+//! read of the response, and a guard against private addresses (SSRF) that
+//! checks literal IPs and every address a name resolves to, at every send.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hookline_core::model::RESPONSE_BODY_LIMIT;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use crate::ports::{OutgoingRequest, SendResult, Sender};
+
+/// Whether `ip` is a globally routable unicast address. Loopback, private,
+/// link-local (cloud metadata `169.254.169.254` included), CGNAT, unspecified,
+/// multicast, documentation and reserved ranges are not; IPv6 forms that embed
+/// an IPv4 address (mapped, NAT64, 6to4) are judged by that address.
+pub fn is_public_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => is_public_v6(v6),
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_broadcast()
+        || ip.is_documentation()
+        || ip.is_multicast()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)) // shared address space (CGNAT)
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 198 && (18..20).contains(&b)) // benchmarking
+        || a >= 240) // reserved
+}
+
+fn is_public_v6(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return is_public_v4(v4);
+    }
+    let seg = ip.segments();
+    // NAT64 well-known prefix 64:ff9b::/96 embeds an IPv4 address.
+    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
+        let o = ip.octets();
+        return is_public_v4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    }
+    // 6to4 2002::/16 embeds an IPv4 address in bits 16..48.
+    if seg[0] == 0x2002 {
+        let o = ip.octets();
+        return is_public_v4(Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+    }
+    !(ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_multicast()
+        || (seg[0] & 0xfe00) == 0xfc00 // unique local
+        || (seg[0] & 0xffc0) == 0xfe80 // link-local
+        || (seg[0] == 0x2001 && seg[1] == 0x0db8) // documentation
+        || seg[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible (deprecated) and ::/96
+}
+
+/// Checks an endpoint URL without resolving it: `http`/`https` only (`https`
+/// only when private endpoints are not allowed), a host, no credentials, and a
+/// literal IP address (any spelling the URL standard accepts, e.g. decimal
+/// `http://2130706433/`) must be public unless private endpoints are allowed.
+pub fn check_endpoint_url(raw: &str, allow_private: bool) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw).map_err(|e| format!("not a valid URL: {e}"))?;
+    match url.scheme() {
+        "https" => {}
+        "http" if allow_private => {}
+        "http" => return Err("only https URLs are allowed".into()),
+        other => return Err(format!("scheme `{other}` is not allowed")),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("URLs with credentials are not allowed".into());
+    }
+    let ip = match url.host() {
+        None => return Err("URL has no host".into()),
+        Some(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+        Some(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+        Some(url::Host::Domain(d)) => {
+            if !allow_private && (d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")) {
+                return Err("localhost is not allowed".into());
+            }
+            None
+        }
+    };
+    if let Some(ip) = ip {
+        if !allow_private && !is_public_ip(ip) {
+            return Err(format!("address {ip} is not a public address"));
+        }
+    }
+    Ok(url)
+}
+
+/// The error the guarded resolver returns for a name resolving to a private address.
+#[derive(Debug)]
+struct BlockedAddress(String);
+
+impl fmt::Display for BlockedAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} resolves to a non-public address", self.0)
+    }
+}
+
+impl StdError for BlockedAddress {}
+
+/// Resolves with the system resolver, then refuses non-public addresses.
+#[derive(Debug)]
+struct GuardedResolver;
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if addrs.is_empty() || addrs.iter().any(|a| !is_public_ip(a.ip())) {
+                return Err(Box::new(BlockedAddress(host)) as Box<dyn StdError + Send + Sync>);
+            }
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// The HTTP sender used by the deliver function.
+#[derive(Debug, Clone)]
+pub struct HttpSender {
+    client: reqwest::Client,
+    allow_private: bool,
+}
+
+impl HttpSender {
+    /// Builds the client once (connection pool shared by every delivery).
+    pub fn new(allow_private: bool) -> Result<Self, String> {
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(30));
+        if !allow_private {
+            builder = builder.dns_resolver(Arc::new(GuardedResolver));
+        }
+        let client = builder.build().map_err(|e| e.to_string())?;
+        Ok(Self { client, allow_private })
+    }
+}
+
+fn describe(err: &reqwest::Error, timeout: Duration) -> (String, bool) {
+    let mut source: Option<&(dyn StdError + 'static)> = err.source();
+    while let Some(s) = source {
+        if let Some(blocked) = s.downcast_ref::<BlockedAddress>() {
+            return (format!("blocked: {blocked}"), true);
+        }
+        source = s.source();
+    }
+    let kind = if err.is_timeout() {
+        format!("timeout after {} ms", timeout.as_millis())
+    } else if err.is_connect() {
+        "connection failed".to_owned()
+    } else if err.is_body() || err.is_decode() {
+        "error reading the response".to_owned()
+    } else {
+        "request failed".to_owned()
+    };
+    // Never include the URL (it may carry a token in its query).
+    let mut detail = String::new();
+    let mut source: Option<&(dyn StdError + 'static)> = err.source();
+    while let Some(s) = source {
+        detail = s.to_string();
+        source = s.source();
+    }
+    if detail.is_empty() {
+        (kind, false)
+    } else {
+        (format!("{kind}: {detail}"), false)
+    }
+}
+
+impl Sender for HttpSender {
+    async fn send(&self, request: OutgoingRequest<'_>) -> SendResult {
+        let started = Instant::now();
+        if let Err(reason) = check_endpoint_url(request.url, self.allow_private) {
+            return SendResult {
+                error: Some(format!("blocked: {reason}")),
+                blocked: true,
+                ..SendResult::default()
+            };
+        }
+        let mut builder = self.client.post(request.url).timeout(request.timeout).body(request.body.to_vec());
+        for (name, value) in request.headers.iter() {
+            builder = builder.header(name, value);
+        }
+        let response = match builder.send().await {
+            Ok(r) => r,
+            Err(err) => {
+                let (error, blocked) = describe(&err, request.timeout);
+                return SendResult {
+                    error: Some(error),
+                    blocked,
+                    latency: started.elapsed(),
+                    ..SendResult::default()
+                };
+            }
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        // Read at most RESPONSE_BODY_LIMIT bytes, then drop the connection.
+        let mut response = response;
+        let mut prefix: Vec<u8> = Vec::new();
+        let mut error = None;
+        while prefix.len() < RESPONSE_BODY_LIMIT {
+            match response.chunk().await {
+                Ok(Some(chunk)) => prefix.extend_from_slice(&chunk[..chunk.len().min(RESPONSE_BODY_LIMIT - prefix.len())]),
+                Ok(None) => break,
+                Err(err) => {
+                    error = Some(describe(&err, request.timeout).0);
+                    break;
+                }
+            }
+        }
+        SendResult {
+            status: Some(status),
+            retry_after,
+            body_prefix: Some(prefix),
+            error,
+            latency: started.elapsed(),
+            blocked: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_and_special_addresses_are_not_public() {
+        for ip in [
+            "127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "0.0.0.0",
+            "0.1.2.3", "100.64.0.1", "100.127.255.255", "192.0.0.8", "192.0.2.1", "198.18.0.1", "198.51.100.2",
+            "203.0.113.3", "224.0.0.1", "240.0.0.1", "255.255.255.255", "::1", "::", "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254", "::ffff:10.0.0.1", "fc00::1", "fd12:3456::1", "fe80::1", "ff02::1",
+            "2001:db8::1", "64:ff9b::7f00:1", "2002:7f00:1::", "::127.0.0.1",
+        ] {
+            assert!(!is_public_ip(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"] {
+            assert!(is_public_ip(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn url_checks() {
+        assert!(check_endpoint_url("https://example.com/hook", false).is_ok());
+        for bad in [
+            "http://example.com/", "ftp://example.com/", "https://user:pw@example.com/", "https://127.0.0.1/",
+            "https://2130706433/", "https://0x7f.1/", "https://0177.0.0.1/", "https://[::1]/", "https://[::ffff:7f00:1]/",
+            "https://169.254.169.254/latest/meta-data", "https://localhost/", "https://a.localhost/", "https://0.0.0.0/",
+            "https://10.0.0.1:8443/x", "not a url", "https://",
+        ] {
+            assert!(check_endpoint_url(bad, false).is_err(), "{bad}");
+        }
+        assert!(check_endpoint_url("http://127.0.0.1:9000/hook", true).is_ok());
+    }
+}
