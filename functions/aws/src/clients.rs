@@ -63,7 +63,8 @@ pub fn serialize_dynamodb_from_env() -> bool {
 /// JSON logs (CloudWatch-friendly) filtered by `RUST_LOG` (default `info`).
 /// Safe to call more than once.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
@@ -75,13 +76,53 @@ pub fn init_tracing() {
 
 /// Settings, store and queue from the environment: what every function's
 /// `main` builds once before `lambda_runtime::run`.
-pub async fn deps_from_env() -> Result<(hookline_pipeline::Settings, crate::DynamoStore, crate::SqsQueue), hookline_pipeline::PipelineError> {
+pub async fn deps_from_env() -> Result<
+    (
+        hookline_pipeline::Settings,
+        crate::DynamoStore,
+        crate::SqsQueue,
+    ),
+    hookline_pipeline::PipelineError,
+> {
     let settings = hookline_pipeline::Settings::from_env()?;
     let clients = Clients::from_env().await;
-    let mut store = crate::DynamoStore::new(clients.dynamodb.clone(), settings.table.clone(), settings.retention);
+    let mut store = crate::DynamoStore::new(
+        clients.dynamodb.clone(),
+        settings.table.clone(),
+        settings.retention,
+    );
     if serialize_dynamodb_from_env() {
         store = store.serialized(std::sync::Arc::new(tokio::sync::Mutex::new(())));
     }
-    let queue = crate::SqsQueue::new(clients.sqs.clone(), settings.queue_url.clone(), settings.dlq_url.clone());
+    let queue = crate::SqsQueue::new(
+        clients.sqs.clone(),
+        settings.queue_url.clone(),
+        settings.dlq_url.clone(),
+    );
     Ok((settings, store, queue))
+}
+
+/// SDK configuration for a local endpoint (moto): fixed dummy credentials,
+/// `us-east-1`, the same retry and timeout settings as deployed.
+pub async fn local_sdk_config(endpoint_url: &str) -> SdkConfig {
+    use aws_config::Region;
+    let credentials =
+        aws_sdk_dynamodb::config::Credentials::new("local", "local", None, None, "hookline-local");
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint_url)
+        .credentials_provider(credentials)
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(4)
+                .with_initial_backoff(Duration::from_millis(50)),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .operation_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .load()
+        .await
 }

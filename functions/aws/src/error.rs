@@ -21,8 +21,13 @@ const RETRYABLE_CODES: &[&str] = &[
 
 fn is_retryable<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
     match err {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
-        SdkError::ServiceError(service) => service.err().code().is_some_and(|c| RETRYABLE_CODES.contains(&c)),
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(service) => service
+            .err()
+            .code()
+            .is_some_and(|c| RETRYABLE_CODES.contains(&c)),
         _ => false,
     }
 }

@@ -33,14 +33,23 @@ use crate::store::put_if_absent;
 
 /// Wraps a conditional put (never overwrites) as a transaction item.
 pub(crate) fn put_new(table: &str, item: Item) -> Result<TransactWriteItem> {
-    Ok(TransactWriteItem::builder().put(put_if_absent(table, item)?).build())
+    Ok(TransactWriteItem::builder()
+        .put(put_if_absent(table, item)?)
+        .build())
 }
 
 /// The transaction items of `new`: the event, its inline deliveries, and its
 /// idempotency record last (when there is one).
-pub fn transact_items(table: &str, new: &NewEvent, retention: Duration) -> Result<Vec<TransactWriteItem>> {
+pub fn transact_items(
+    table: &str,
+    new: &NewEvent,
+    retention: Duration,
+) -> Result<Vec<TransactWriteItem>> {
     let mut items = Vec::with_capacity(new.deliveries.len() + 2);
-    items.push(put_new(table, schema::event_item(&new.event, &new.fanout_remaining, 0, retention)?)?);
+    items.push(put_new(
+        table,
+        schema::event_item(&new.event, &new.fanout_remaining, 0, retention)?,
+    )?);
     for d in &new.deliveries {
         items.push(put_new(table, schema::delivery_item(d, retention)?)?);
     }

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
+    SendMessageBatchRequestEntry,
+};
 use aws_sdk_sqs::Client;
 use hookline_pipeline::messages::DeliveryMessage;
 use hookline_pipeline::ports::{DlqEntry, Queue, Result};
@@ -65,7 +68,11 @@ impl Queue for SqsQueue {
                 .await
                 .map_err(|e| queue_error("SendMessageBatch", e))?;
             for f in out.failed() {
-                tracing::warn!(code = f.code(), sender_fault = f.sender_fault(), "SendMessageBatch entry refused");
+                tracing::warn!(
+                    code = f.code(),
+                    sender_fault = f.sender_fault(),
+                    "SendMessageBatch entry refused"
+                );
                 if let Ok(i) = f.id().parse::<usize>() {
                     failed.push(i);
                 }
@@ -169,7 +176,13 @@ impl Queue for SqsQueue {
             .await
             .map_err(|e| queue_error("GetQueueAttributes", e))?;
         let attrs = out.attributes.unwrap_or_default();
-        let get = |k: QueueAttributeName| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        Ok(get(QueueAttributeName::ApproximateNumberOfMessages) + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+        let get = |k: QueueAttributeName| {
+            attrs
+                .get(&k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Ok(get(QueueAttributeName::ApproximateNumberOfMessages)
+            + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
     }
 }

@@ -199,7 +199,10 @@ pub fn event_item(
     )
 }
 
-pub fn delivery_item(delivery: &Delivery, retention: std::time::Duration) -> Result<Item, PipelineError> {
+pub fn delivery_item(
+    delivery: &Delivery,
+    retention: std::time::Duration,
+) -> Result<Item, PipelineError> {
     let shard = shard_of(&delivery.id);
     to_item(
         "delivery",
@@ -243,7 +246,8 @@ pub fn delivery_from_item(item: Item) -> Result<Delivery, PipelineError> {
 }
 
 pub fn event_from_item(item: Item) -> Result<StoredEvent, PipelineError> {
-    let fanout: FanoutFields = serde_dynamo::from_item(item.clone()).map_err(|e| corrupt("event item", e))?;
+    let fanout: FanoutFields =
+        serde_dynamo::from_item(item.clone()).map_err(|e| corrupt("event item", e))?;
     let event: Event = serde_dynamo::from_item(item).map_err(|e| corrupt("event item", e))?;
     Ok(StoredEvent {
         event,
@@ -253,8 +257,12 @@ pub fn event_from_item(item: Item) -> Result<StoredEvent, PipelineError> {
 }
 
 /// Reads an idempotency record; `None` once expired (TTL deletion lags).
-pub fn idempotency_from_item(item: Item, now: DateTime<Utc>) -> Result<Option<IdempotencyRecord>, PipelineError> {
-    let row: IdempotencyItem = serde_dynamo::from_item(item).map_err(|e| corrupt("idempotency item", e))?;
+pub fn idempotency_from_item(
+    item: Item,
+    now: DateTime<Utc>,
+) -> Result<Option<IdempotencyRecord>, PipelineError> {
+    let row: IdempotencyItem =
+        serde_dynamo::from_item(item).map_err(|e| corrupt("idempotency item", e))?;
     if row.expires_at <= now.timestamp() {
         return Ok(None);
     }
@@ -271,7 +279,8 @@ pub fn idempotency_from_item(item: Item, now: DateTime<Utc>) -> Result<Option<Id
 /// image alone; an undecodable delivery image is an error (reported, retried,
 /// then sent to the on-failure destination), never silently ignored.
 pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
-    let head: KindOnly = serde_dynamo::from_item(image.clone()).map_err(|e| corrupt("stream image", e))?;
+    let head: KindOnly =
+        serde_dynamo::from_item(image.clone()).map_err(|e| corrupt("stream image", e))?;
     match head.kind.as_str() {
         KIND_DELIVERY => {
             let delivery = delivery_from_item(image)?;
@@ -299,7 +308,13 @@ mod tests {
     fn sample() -> (Event, Delivery, Endpoint) {
         let now = Utc::now();
         let app = AppId::parse("shop").unwrap();
-        let event = Event::new(EventId::generate(), app.clone(), EventType::parse("order.paid").unwrap(), &serde_json::json!({"a": [1, 2.5, null, "x"]}), now);
+        let event = Event::new(
+            EventId::generate(),
+            app.clone(),
+            EventType::parse("order.paid").unwrap(),
+            &serde_json::json!({"a": [1, 2.5, null, "x"]}),
+            now,
+        );
         let ep = Endpoint {
             id: EndpointId::generate(),
             app_id: app,
@@ -313,7 +328,12 @@ mod tests {
             created_at: now,
             updated_at: now,
         };
-        let d = Delivery::new(DeliveryId::for_event_endpoint(&event.id, &ep.id), &event, ep.id.clone(), now);
+        let d = Delivery::new(
+            DeliveryId::for_event_endpoint(&event.id, &ep.id),
+            &event,
+            ep.id.clone(),
+            now,
+        );
         (event, d, ep)
     }
 
@@ -330,18 +350,27 @@ mod tests {
         assert_eq!(stored.event, event);
         assert_eq!(stored.fanout_remaining, rest);
         assert_eq!(stored.fanout_version, 3);
-        assert_eq!(decode_stream_image(item).unwrap(), StreamChange::EventFanout(event.id.clone()));
+        assert_eq!(
+            decode_stream_image(item).unwrap(),
+            StreamChange::EventFanout(event.id.clone())
+        );
     }
 
     #[test]
     fn stream_decoding() {
         let (event, mut delivery, endpoint) = sample();
         let item = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
-        assert!(matches!(decode_stream_image(item).unwrap(), StreamChange::PendingDelivery(_)));
+        assert!(matches!(
+            decode_stream_image(item).unwrap(),
+            StreamChange::PendingDelivery(_)
+        ));
         delivery.status = DeliveryStatus::Delivered;
         let item = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
         assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
-        assert_eq!(decode_stream_image(endpoint_item(&endpoint).unwrap()).unwrap(), StreamChange::Ignored);
+        assert_eq!(
+            decode_stream_image(endpoint_item(&endpoint).unwrap()).unwrap(),
+            StreamChange::Ignored
+        );
         let item = event_item(&event, &[], 0, Duration::from_secs(1)).unwrap();
         assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
         let mut bad = delivery_item(&delivery, Duration::from_secs(1)).unwrap();

@@ -5,13 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
 use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
-use hookline_pipeline::ports::{CommitOutcome, IdempotencyRecord, NewEvent, Result, Store, StoredEvent};
+use hookline_pipeline::ports::{
+    CommitOutcome, IdempotencyRecord, NewEvent, Result, Store, StoredEvent,
+};
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
 use tokio::sync::{Mutex, MutexGuard};
@@ -105,14 +108,25 @@ impl DynamoStore {
         before: Option<&DeliveryId>,
         limit: i32,
     ) -> Result<Vec<Delivery>> {
-        let keys: Vec<String> = (0..SHARDS).map(|shard| by_status_pk(app, status, shard)).collect();
-        self.query_sharded(GSI_BY_STATUS, "GSI2PK", "GSI2SK", &keys, before, limit).await
+        let keys: Vec<String> = (0..SHARDS)
+            .map(|shard| by_status_pk(app, status, shard))
+            .collect();
+        self.query_sharded(GSI_BY_STATUS, "GSI2PK", "GSI2SK", &keys, before, limit)
+            .await
     }
 
     /// Lists an endpoint's deliveries (GSI1), newest first.
-    pub async fn deliveries_by_endpoint(&self, endpoint: &EndpointId, before: Option<&DeliveryId>, limit: i32) -> Result<Vec<Delivery>> {
-        let keys: Vec<String> = (0..SHARDS).map(|shard| by_endpoint_pk(endpoint, shard)).collect();
-        self.query_sharded(GSI_BY_ENDPOINT, "GSI1PK", "GSI1SK", &keys, before, limit).await
+    pub async fn deliveries_by_endpoint(
+        &self,
+        endpoint: &EndpointId,
+        before: Option<&DeliveryId>,
+        limit: i32,
+    ) -> Result<Vec<Delivery>> {
+        let keys: Vec<String> = (0..SHARDS)
+            .map(|shard| by_endpoint_pk(endpoint, shard))
+            .collect();
+        self.query_sharded(GSI_BY_ENDPOINT, "GSI1PK", "GSI1SK", &keys, before, limit)
+            .await
     }
 
     async fn query_sharded(
@@ -153,9 +167,18 @@ impl DynamoStore {
         Ok(all)
     }
 
-    async fn transact(&self, items: Vec<TransactWriteItem>) -> std::result::Result<(), TransactFailure> {
+    async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+    ) -> std::result::Result<(), TransactFailure> {
         let _g = self.guard().await;
-        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+        match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(err) => {
                 if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) =
@@ -166,7 +189,10 @@ impl DynamoStore {
                         return Err(TransactFailure::Conditions(reasons));
                     }
                 }
-                Err(TransactFailure::Other(store_error("TransactWriteItems", err)))
+                Err(TransactFailure::Other(store_error(
+                    "TransactWriteItems",
+                    err,
+                )))
             }
         }
     }
@@ -207,7 +233,10 @@ impl Store for DynamoStore {
     }
 
     async fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>> {
-        self.get(app_pk(app), &endpoint_sk(id)).await?.map(schema::endpoint_from_item).transpose()
+        self.get(app_pk(app), &endpoint_sk(id))
+            .await?
+            .map(schema::endpoint_from_item)
+            .transpose()
     }
 
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
@@ -223,7 +252,13 @@ impl Store for DynamoStore {
         Ok(())
     }
 
-    async fn disable_endpoint(&self, app: &AppId, id: &EndpointId, reason: &str, now: DateTime<Utc>) -> Result<()> {
+    async fn disable_endpoint(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         let _g = self.guard().await;
         let result = self
             .client
@@ -239,7 +274,13 @@ impl Store for DynamoStore {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(()),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
             Err(err) => Err(store_error("UpdateItem", err)),
         }
     }
@@ -257,7 +298,8 @@ impl Store for DynamoStore {
         match self.transact(items).await {
             Ok(()) => Ok(CommitOutcome::Committed),
             Err(TransactFailure::Conditions(reasons)) => {
-                let idem_failed = new.idempotency.is_some() && reasons.get(idem_position).is_some_and(condition_failed);
+                let idem_failed = new.idempotency.is_some()
+                    && reasons.get(idem_position).is_some_and(condition_failed);
                 if let (true, Some(record)) = (idem_failed, &new.idempotency) {
                     // A concurrent request with the same key won the race.
                     // A record may have expired between the two reads (TTL);
@@ -281,10 +323,19 @@ impl Store for DynamoStore {
     }
 
     async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
-        self.get(event_pk(id), EVENT_SK).await?.map(schema::event_from_item).transpose()
+        self.get(event_pk(id), EVENT_SK)
+            .await?
+            .map(schema::event_from_item)
+            .transpose()
     }
 
-    async fn materialise_fanout(&self, event_id: &EventId, version: u32, deliveries: &[Delivery], remaining: &[EndpointId]) -> Result<bool> {
+    async fn materialise_fanout(
+        &self,
+        event_id: &EventId,
+        version: u32,
+        deliveries: &[Delivery],
+        remaining: &[EndpointId],
+    ) -> Result<bool> {
         let mut update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::key(event_pk(event_id), EVENT_SK)))
@@ -294,7 +345,9 @@ impl Store for DynamoStore {
             .expression_attribute_values(":rest", av(&remaining)?)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
         update = if remaining.is_empty() {
-            update.update_expression("SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout")
+            update.update_expression(
+                "SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout",
+            )
         } else {
             update.update_expression("SET fanout_version = :next, fanout_remaining = :rest")
         };
@@ -302,11 +355,18 @@ impl Store for DynamoStore {
             .update(update.build().map_err(|e| corrupt("update", e))?)
             .build()];
         for d in deliveries {
-            items.push(outbox::put_new(&self.table, schema::delivery_item(d, self.retention)?)?);
+            items.push(outbox::put_new(
+                &self.table,
+                schema::delivery_item(d, self.retention)?,
+            )?);
         }
         match self.transact(items).await {
             Ok(()) => Ok(true),
-            Err(TransactFailure::Conditions(reasons)) if reasons.first().is_some_and(condition_failed) => Ok(false),
+            Err(TransactFailure::Conditions(reasons))
+                if reasons.first().is_some_and(condition_failed) =>
+            {
+                Ok(false)
+            }
             Err(TransactFailure::Conditions(reasons)) => Err(PipelineError::Store {
                 message: format!("fan-out transaction cancelled: {reasons:?}"),
                 retryable: true,
@@ -316,10 +376,18 @@ impl Store for DynamoStore {
     }
 
     async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
-        self.get(delivery_pk(id), DELIVERY_SK).await?.map(schema::delivery_from_item).transpose()
+        self.get(delivery_pk(id), DELIVERY_SK)
+            .await?
+            .map(schema::delivery_from_item)
+            .transpose()
     }
 
-    async fn update_delivery(&self, d: &Delivery, expected_status: DeliveryStatus, expected_attempt_count: u32) -> Result<bool> {
+    async fn update_delivery(
+        &self,
+        d: &Delivery,
+        expected_status: DeliveryStatus,
+        expected_attempt_count: u32,
+    ) -> Result<bool> {
         let shard = shard_of(&d.id);
         let mut req = self
             .client
@@ -329,7 +397,10 @@ impl Store for DynamoStore {
             .condition_expression("#status = :expected_status AND attempt_count = :expected_count")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":expected_status", s(expected_status.as_str()))
-            .expression_attribute_values(":expected_count", AttributeValue::N(expected_attempt_count.to_string()))
+            .expression_attribute_values(
+                ":expected_count",
+                AttributeValue::N(expected_attempt_count.to_string()),
+            )
             .expression_attribute_values(":status", s(d.status.as_str()))
             .expression_attribute_values(":count", AttributeValue::N(d.attempt_count.to_string()))
             .expression_attribute_values(":total", AttributeValue::N(d.total_attempts.to_string()))
@@ -348,7 +419,13 @@ impl Store for DynamoStore {
         let _g = self.guard().await;
         match req.send().await {
             Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
             Err(err) => Err(store_error("UpdateItem", err)),
         }
     }

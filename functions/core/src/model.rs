@@ -611,8 +611,20 @@ mod tests {
     #[test]
     fn fail_now_ends_a_pending_delivery_only() {
         let mut d = delivery();
-        let a = Attempt::new(1, t0(), None, Duration::ZERO, Some("endpoint disabled".into()), None);
-        assert_eq!(d.fail_now(a.clone()).unwrap(), Transition::Failed { reason: FailReason::NotDeliverable });
+        let a = Attempt::new(
+            1,
+            t0(),
+            None,
+            Duration::ZERO,
+            Some("endpoint disabled".into()),
+            None,
+        );
+        assert_eq!(
+            d.fail_now(a.clone()).unwrap(),
+            Transition::Failed {
+                reason: FailReason::NotDeliverable
+            }
+        );
         assert_eq!((d.status, d.attempt_count), (DeliveryStatus::Failed, 1));
         assert!(d.fail_now(a).is_err());
     }

@@ -9,9 +9,20 @@ use hookline_pipeline::ports::{Queue, Sender, Store};
 
 /// Handles one SQS batch concurrently; failed messages are reported so SQS
 /// retries them (and moves them to the DLQ after `maxReceiveCount`).
-pub async fn handle<S: Store, Q: Queue, H: Sender>(deliverer: &Deliverer<S, Q, H>, event: SqsEvent) -> SqsBatchResponse {
-    let ids: Vec<String> = event.records.iter().map(|r| r.message_id.clone().unwrap_or_default()).collect();
-    let bodies: Vec<&str> = event.records.iter().map(|r| r.body.as_deref().unwrap_or("")).collect();
+pub async fn handle<S: Store, Q: Queue, H: Sender>(
+    deliverer: &Deliverer<S, Q, H>,
+    event: SqsEvent,
+) -> SqsBatchResponse {
+    let ids: Vec<String> = event
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap_or_default())
+        .collect();
+    let bodies: Vec<&str> = event
+        .records
+        .iter()
+        .map(|r| r.body.as_deref().unwrap_or(""))
+        .collect();
     let failed = deliverer.handle_batch(&bodies).await;
     let mut response = SqsBatchResponse::default();
     for i in failed {

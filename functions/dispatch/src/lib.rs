@@ -14,7 +14,12 @@ use hookline_pipeline::ports::{Queue, Store};
 /// Handles one batch of stream records. A record that fails is reported (with
 /// everything after it, as Lambda checkpoints at the first failure); the rest
 /// is done. Handling is idempotent, so re-delivered records are harmless.
-pub async fn handle<S: Store, Q: Queue>(store: &S, queue: &Q, event: Event, now: DateTime<Utc>) -> DynamoDbEventResponse {
+pub async fn handle<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    event: Event,
+    now: DateTime<Utc>,
+) -> DynamoDbEventResponse {
     let mut failed_seqs: Vec<String> = Vec::new();
     let mut pending: Vec<(String, Delivery)> = Vec::new();
     for record in event.records {
@@ -51,7 +56,11 @@ pub async fn handle<S: Store, Q: Queue>(store: &S, queue: &Q, event: Event, now:
             failed_seqs.extend(pending.iter().map(|(seq, _)| seq.clone()));
         }
     }
-    tracing::info!(queued = pending.len(), failures = failed_seqs.len(), "dispatch batch done");
+    tracing::info!(
+        queued = pending.len(),
+        failures = failed_seqs.len(),
+        "dispatch batch done"
+    );
     let mut response = DynamoDbEventResponse::default();
     for seq in failed_seqs {
         let mut failure = DynamoDbBatchItemFailure::default();

@@ -7,7 +7,11 @@ async fn main() -> Result<(), Error> {
     let (_settings, store, queue) = hookline_aws::clients::deps_from_env().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
         let (store, queue) = (&store, &queue);
-        async move { Ok::<_, Error>(hookline_dispatch::handle(store, queue, event.payload, chrono::Utc::now()).await) }
+        async move {
+            Ok::<_, Error>(
+                hookline_dispatch::handle(store, queue, event.payload, chrono::Utc::now()).await,
+            )
+        }
     }))
     .await
 }

@@ -16,7 +16,9 @@ pub struct ApiKeys {
 
 impl std::fmt::Debug for ApiKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiKeys").field("admin", &self.admin_hash.is_some()).finish()
+        f.debug_struct("ApiKeys")
+            .field("admin", &self.admin_hash.is_some())
+            .finish()
     }
 }
 
@@ -48,13 +50,21 @@ impl ApiKeys {
     /// From `WEBHOOKS_ADMIN_KEY_SHA256` (hex; what a deployment stores) or
     /// `WEBHOOKS_ADMIN_KEY` (the key itself; local runs).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        if let Some(hex_hash) = lookup("WEBHOOKS_ADMIN_KEY_SHA256").filter(|v| !v.trim().is_empty()) {
-            let bytes = hex::decode(hex_hash.trim()).map_err(|_| "WEBHOOKS_ADMIN_KEY_SHA256 is not hex".to_owned())?;
-            let hash: [u8; 32] = bytes.try_into().map_err(|_| "WEBHOOKS_ADMIN_KEY_SHA256 is not 32 bytes".to_owned())?;
-            return Ok(Self { admin_hash: Some(hash) });
+        if let Some(hex_hash) = lookup("WEBHOOKS_ADMIN_KEY_SHA256").filter(|v| !v.trim().is_empty())
+        {
+            let bytes = hex::decode(hex_hash.trim())
+                .map_err(|_| "WEBHOOKS_ADMIN_KEY_SHA256 is not hex".to_owned())?;
+            let hash: [u8; 32] = bytes
+                .try_into()
+                .map_err(|_| "WEBHOOKS_ADMIN_KEY_SHA256 is not 32 bytes".to_owned())?;
+            return Ok(Self {
+                admin_hash: Some(hash),
+            });
         }
         Ok(Self {
-            admin_hash: lookup("WEBHOOKS_ADMIN_KEY").filter(|v| !v.trim().is_empty()).map(|k| sha256(k.trim())),
+            admin_hash: lookup("WEBHOOKS_ADMIN_KEY")
+                .filter(|v| !v.trim().is_empty())
+                .map(|k| sha256(k.trim())),
         })
     }
 
@@ -76,7 +86,8 @@ impl ApiKeys {
             code: "unauthorized",
             message: m.to_owned(),
         };
-        let header = header.ok_or_else(|| unauthorized("missing `Authorization: Bearer <api key>`"))?;
+        let header =
+            header.ok_or_else(|| unauthorized("missing `Authorization: Bearer <api key>`"))?;
         let token = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
@@ -98,17 +109,33 @@ mod tests {
     #[test]
     fn bearer_keys() {
         let keys = ApiKeys::admin("s3cret");
-        assert_eq!(keys.authenticate(Some("Bearer s3cret")).unwrap(), Scope::Admin);
-        for bad in [None, Some(""), Some("Bearer "), Some("Basic s3cret"), Some("Bearer s3cre"), Some("Bearer s3crett")] {
+        assert_eq!(
+            keys.authenticate(Some("Bearer s3cret")).unwrap(),
+            Scope::Admin
+        );
+        for bad in [
+            None,
+            Some(""),
+            Some("Bearer "),
+            Some("Basic s3cret"),
+            Some("Bearer s3cre"),
+            Some("Bearer s3crett"),
+        ] {
             let err = keys.authenticate(bad).unwrap_err();
             assert_eq!(err.status, StatusCode::UNAUTHORIZED);
             assert!(!err.message.contains("s3cret"));
         }
         let none = ApiKeys::from_lookup(|_| None).unwrap();
         assert!(none.authenticate(Some("Bearer anything")).is_err());
-        let hashed = ApiKeys::from_lookup(|k| (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| hex::encode(sha256("k1")))).unwrap();
+        let hashed = ApiKeys::from_lookup(|k| {
+            (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| hex::encode(sha256("k1")))
+        })
+        .unwrap();
         assert!(hashed.authenticate(Some("Bearer k1")).is_ok());
-        assert!(ApiKeys::from_lookup(|k| (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| "zz".to_owned())).is_err());
+        assert!(ApiKeys::from_lookup(
+            |k| (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| "zz".to_owned())
+        )
+        .is_err());
         assert!(!format!("{keys:?}").contains("s3cret"));
     }
 }

@@ -8,6 +8,7 @@
 //! `POST|GET /v1/apps/{app_id}/endpoints`, `GET /v1/apps/{app_id}/endpoints/{id}`;
 //! `GET /v1/apps/{app_id}/deliveries/{id}`; `POST /v1/dlq/redrive`.
 
+pub mod apigw;
 pub mod auth;
 
 use chrono::{DateTime, Utc};
@@ -58,17 +59,36 @@ impl ApiError {
 impl From<PipelineError> for ApiError {
     fn from(err: PipelineError) -> Self {
         match err {
-            PipelineError::Invalid { code: "payload_too_large", message } => Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message),
-            PipelineError::Invalid { code, message } => Self::new(StatusCode::BAD_REQUEST, code, message),
-            PipelineError::NotFound(what) => Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found")),
-            PipelineError::Conflict(message) => Self::new(StatusCode::CONFLICT, "conflict", message),
+            PipelineError::Invalid {
+                code: "payload_too_large",
+                message,
+            } => Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message),
+            PipelineError::Invalid { code, message } => {
+                Self::new(StatusCode::BAD_REQUEST, code, message)
+            }
+            PipelineError::NotFound(what) => Self::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("{what} not found"),
+            ),
+            PipelineError::Conflict(message) => {
+                Self::new(StatusCode::CONFLICT, "conflict", message)
+            }
             err if err.is_retryable() => {
                 tracing::error!(error = %err, "retryable backend error");
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "temporarily unavailable, retry")
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "temporarily unavailable, retry",
+                )
             }
             err => {
                 tracing::error!(error = %err, "backend error");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                )
             }
         }
     }
@@ -77,18 +97,23 @@ impl From<PipelineError> for ApiError {
 fn json_response(status: StatusCode, body: String) -> Response<Body> {
     let mut response = Response::new(Body::Text(body));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert("content-type", lambda_http::http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        "content-type",
+        lambda_http::http::HeaderValue::from_static("application/json"),
+    );
     response
 }
 
 fn error_response(err: ApiError) -> Response<Body> {
-    json_response(err.status, json!({"error": {"code": err.code, "message": err.message}}).to_string())
+    json_response(
+        err.status,
+        json!({"error": {"code": err.code, "message": err.message}}).to_string(),
+    )
 }
 
 fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
 }
 
 /// An endpoint as the API shows it: the secret only on create (and rotate).
@@ -159,47 +184,80 @@ pub fn delivery_view(d: &Delivery, with_attempts: bool) -> serde_json::Value {
 
 fn validate_event_types(types: &[String]) -> Result<(), ApiError> {
     if types.len() > 100 {
-        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_event_types", "at most 100 event types"));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_event_types",
+            "at most 100 event types",
+        ));
     }
     for t in types {
         let name = t.strip_suffix(".*").unwrap_or(t);
         if t != "*" && hookline_core::model::EventType::parse(name).is_err() {
-            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_event_types", format!("`{t}` is not an event type or `prefix.*`")));
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_event_types",
+                format!("`{t}` is not an event type or `prefix.*`"),
+            ));
         }
     }
     Ok(())
 }
 
 /// Routes one request. Never fails: every error becomes a JSON error response.
-pub async fn handle<S: Store, Q: Queue>(api: &Api<S, Q>, request: Request, now: DateTime<Utc>, rng: &mut (dyn RngCore + Send)) -> Response<Body> {
+pub async fn handle<S: Store, Q: Queue>(
+    api: &Api<S, Q>,
+    request: Request,
+    now: DateTime<Utc>,
+    rng: &mut (dyn RngCore + Send),
+) -> Response<Body> {
     match route(api, &request, now, rng).await {
         Ok(response) => response,
         Err(err) => error_response(err),
     }
 }
 
-async fn route<S: Store, Q: Queue>(api: &Api<S, Q>, request: &Request, now: DateTime<Utc>, rng: &mut (dyn RngCore + Send)) -> Result<Response<Body>, ApiError> {
+async fn route<S: Store, Q: Queue>(
+    api: &Api<S, Q>,
+    request: &Request,
+    now: DateTime<Utc>,
+    rng: &mut (dyn RngCore + Send),
+) -> Result<Response<Body>, ApiError> {
     let path = request.uri().path().trim_end_matches('/').to_owned();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let method = request.method().clone();
     if segments == ["health"] && method == Method::GET {
-        return Ok(json_response(StatusCode::OK, json!({"status": "ok"}).to_string()));
+        return Ok(json_response(
+            StatusCode::OK,
+            json!({"status": "ok"}).to_string(),
+        ));
     }
-    let scope = api.keys.authenticate(request.headers().get("authorization").and_then(|v| v.to_str().ok()))?;
+    let scope = api.keys.authenticate(
+        request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+    )?;
     let body: &[u8] = request.body().as_ref();
     match (method, segments.as_slice()) {
         (Method::POST, ["v1", "apps", app, "events"]) => {
             scope.allows(app)?;
             let key = match request.headers().get("idempotency-key") {
-                Some(v) => Some(v.to_str().map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key", "Idempotency-Key must be visible ASCII"))?),
+                Some(v) => Some(v.to_str().map_err(|_| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_idempotency_key",
+                        "Idempotency-Key must be visible ASCII",
+                    )
+                })?),
                 None => None,
             };
             let accepted = ingest(&api.store, &api.settings, app, key, body, now, rng).await?;
             let mut response = json_response(StatusCode::ACCEPTED, accepted.body);
             if accepted.replayed {
-                response
-                    .headers_mut()
-                    .insert("idempotent-replayed", lambda_http::http::HeaderValue::from_static("true"));
+                response.headers_mut().insert(
+                    "idempotent-replayed",
+                    lambda_http::http::HeaderValue::from_static("true"),
+                );
             }
             Ok(response)
         }
@@ -211,7 +269,11 @@ async fn route<S: Store, Q: Queue>(api: &Api<S, Q>, request: &Request, now: Date
                 .map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, "invalid_url", reason))?;
             validate_event_types(&req.event_types)?;
             if req.description.as_ref().is_some_and(|d| d.len() > 1024) {
-                return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_description", "at most 1024 bytes"));
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_description",
+                    "at most 1024 bytes",
+                ));
             }
             let secret = match req.secret {
                 Some(s) => Secret::parse(&s).map_err(PipelineError::from)?,
@@ -232,37 +294,74 @@ async fn route<S: Store, Q: Queue>(api: &Api<S, Q>, request: &Request, now: Date
             };
             api.store.put_endpoint(&endpoint).await?;
             tracing::info!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, "endpoint created");
-            Ok(json_response(StatusCode::CREATED, json!(EndpointView::new(&endpoint, true)).to_string()))
+            Ok(json_response(
+                StatusCode::CREATED,
+                json!(EndpointView::new(&endpoint, true)).to_string(),
+            ))
         }
         (Method::GET, ["v1", "apps", app, "endpoints"]) => {
             scope.allows(app)?;
             let app = AppId::parse(app).map_err(PipelineError::from)?;
             let endpoints = api.store.list_endpoints(&app).await?;
-            let items: Vec<EndpointView> = endpoints.iter().map(|e| EndpointView::new(e, false)).collect();
-            Ok(json_response(StatusCode::OK, json!({"items": items}).to_string()))
+            let items: Vec<EndpointView> = endpoints
+                .iter()
+                .map(|e| EndpointView::new(e, false))
+                .collect();
+            Ok(json_response(
+                StatusCode::OK,
+                json!({"items": items}).to_string(),
+            ))
         }
         (Method::GET, ["v1", "apps", app, "endpoints", id]) => {
             scope.allows(app)?;
             let app = AppId::parse(app).map_err(PipelineError::from)?;
             let id = EndpointId::parse(id).map_err(PipelineError::from)?;
-            let endpoint = api.store.get_endpoint(&app, &id).await?.ok_or(PipelineError::NotFound("endpoint"))?;
-            Ok(json_response(StatusCode::OK, json!(EndpointView::new(&endpoint, false)).to_string()))
+            let endpoint = api
+                .store
+                .get_endpoint(&app, &id)
+                .await?
+                .ok_or(PipelineError::NotFound("endpoint"))?;
+            Ok(json_response(
+                StatusCode::OK,
+                json!(EndpointView::new(&endpoint, false)).to_string(),
+            ))
         }
         (Method::GET, ["v1", "apps", app, "deliveries", id]) => {
             scope.allows(app)?;
             let id = DeliveryId::parse(id).map_err(PipelineError::from)?;
-            let delivery = api.store.get_delivery(&id).await?.filter(|d| d.app_id.as_str() == *app).ok_or(PipelineError::NotFound("delivery"))?;
-            Ok(json_response(StatusCode::OK, delivery_view(&delivery, true).to_string()))
+            let delivery = api
+                .store
+                .get_delivery(&id)
+                .await?
+                .filter(|d| d.app_id.as_str() == *app)
+                .ok_or(PipelineError::NotFound("delivery"))?;
+            Ok(json_response(
+                StatusCode::OK,
+                delivery_view(&delivery, true).to_string(),
+            ))
         }
         (Method::POST, ["v1", "dlq", "redrive"]) => {
             scope.require_admin()?;
-            let req: RedriveRequest = if body.is_empty() { RedriveRequest::default() } else { parse_json(body)? };
+            let req: RedriveRequest = if body.is_empty() {
+                RedriveRequest::default()
+            } else {
+                parse_json(body)?
+            };
             let report = redrive(&api.store, &api.queue, &req, now).await?;
             Ok(json_response(StatusCode::OK, json!(report).to_string()))
         }
-        (_, ["health"]) | (_, ["v1", "apps", _, "events"]) | (_, ["v1", "apps", _, "endpoints"]) | (_, ["v1", "dlq", "redrive"]) => {
-            Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route"))
-        }
-        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")),
+        (_, ["health"])
+        | (_, ["v1", "apps", _, "events"])
+        | (_, ["v1", "apps", _, "endpoints"])
+        | (_, ["v1", "dlq", "redrive"]) => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "method not allowed on this route",
+        )),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such route",
+        )),
     }
 }

@@ -82,7 +82,8 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
     /// as batch item failures (SQS makes them visible again, and after
     /// `maxReceiveCount` moves them to the DLQ).
     pub async fn handle_batch(&self, bodies: &[&str]) -> Vec<usize> {
-        let results = futures::future::join_all(bodies.iter().map(|body| self.handle_body(body))).await;
+        let results =
+            futures::future::join_all(bodies.iter().map(|body| self.handle_body(body))).await;
         results
             .into_iter()
             .enumerate()
@@ -108,7 +109,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         let now = (self.clock)();
         if (message.not_before - now).num_milliseconds() > EARLY_SLACK_MS {
             let delay = delay_seconds(message.not_before, now);
-            let failed = self.queue.send_deliveries(&[(message.clone(), delay)]).await?;
+            let failed = self
+                .queue
+                .send_deliveries(&[(message.clone(), delay)])
+                .await?;
             if !failed.is_empty() {
                 return Err(PipelineError::Queue {
                     message: "re-queue of a not-yet-due message was refused".into(),
@@ -122,7 +126,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             tracing::warn!(delivery_id = %message.delivery_id, "message for an unknown delivery acked");
             return Ok(DeliverOutcome::Stale);
         };
-        if delivery.status != DeliveryStatus::Pending || delivery.next_attempt_number() != message.attempt {
+        if delivery.status != DeliveryStatus::Pending
+            || delivery.next_attempt_number() != message.attempt
+        {
             tracing::info!(
                 delivery_id = %delivery.id,
                 status = %delivery.status,
@@ -134,19 +140,41 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
         let expected_count = delivery.attempt_count;
         let number = delivery.next_attempt_number();
-        let endpoint = self.endpoint(&delivery.app_id, &delivery.endpoint_id).await?;
-        let not_deliverable = |reason: &str| Attempt::new(number, now, None, Duration::ZERO, Some(reason.to_owned()), None);
+        let endpoint = self
+            .endpoint(&delivery.app_id, &delivery.endpoint_id)
+            .await?;
+        let not_deliverable = |reason: &str| {
+            Attempt::new(
+                number,
+                now,
+                None,
+                Duration::ZERO,
+                Some(reason.to_owned()),
+                None,
+            )
+        };
 
         let (transition, latency_ms) = match endpoint.as_ref() {
             None => (delivery.fail_now(not_deliverable("endpoint deleted"))?, 0),
-            Some(ep) if ep.disabled => (delivery.fail_now(not_deliverable("endpoint disabled"))?, 0),
+            Some(ep) if ep.disabled => {
+                (delivery.fail_now(not_deliverable("endpoint disabled"))?, 0)
+            }
             Some(ep) => match self.store.get_event(&delivery.event_id).await? {
-                None => (delivery.fail_now(not_deliverable("event not found (expired?)"))?, 0),
+                None => (
+                    delivery.fail_now(not_deliverable("event not found (expired?)"))?,
+                    0,
+                ),
                 Some(stored) => {
                     let sent_at = (self.clock)();
                     let secrets = ep.signing_secrets(sent_at);
                     let body = stored.event.body.as_bytes();
-                    let headers = signing::sign(delivery.message_id().as_str(), sent_at.timestamp(), body, &secrets, Schemes::default())?;
+                    let headers = signing::sign(
+                        delivery.message_id().as_str(),
+                        sent_at.timestamp(),
+                        body,
+                        &secrets,
+                        Schemes::default(),
+                    )?;
                     let result = self
                         .sender
                         .send(OutgoingRequest {
@@ -156,15 +184,30 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                             timeout: self.settings.delivery_timeout,
                         })
                         .await;
-                    let attempt = Attempt::new(number, sent_at, result.status, result.latency, result.error.clone(), result.body_prefix.as_deref());
+                    let attempt = Attempt::new(
+                        number,
+                        sent_at,
+                        result.status,
+                        result.latency,
+                        result.error.clone(),
+                        result.body_prefix.as_deref(),
+                    );
                     let latency_ms = attempt.latency_ms;
                     let transition = if result.blocked {
                         delivery.fail_now(attempt)?
                     } else {
                         let done = (self.clock)();
-                        let retry_after = result.retry_after.as_deref().and_then(|v| parse_retry_after(v, done));
+                        let retry_after = result
+                            .retry_after
+                            .as_deref()
+                            .and_then(|v| parse_retry_after(v, done));
                         let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-                        delivery.record_attempt(attempt, retry_after, &self.settings.retry, &mut *rng)?
+                        delivery.record_attempt(
+                            attempt,
+                            retry_after,
+                            &self.settings.retry,
+                            &mut *rng,
+                        )?
                     };
                     (transition, latency_ms)
                 }
@@ -180,12 +223,20 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 delivery
                     .attempts
                     .last()
-                    .and_then(|a| a.error.clone().or_else(|| a.status_code.map(|s| format!("HTTP {s}"))))
+                    .and_then(|a| {
+                        a.error
+                            .clone()
+                            .or_else(|| a.status_code.map(|s| format!("HTTP {s}")))
+                    })
                     .unwrap_or_else(|| format!("{reason:?}")),
             );
             self.queue.send_to_dlq(&copy).await?;
         }
-        if !self.store.update_delivery(&delivery, DeliveryStatus::Pending, expected_count).await? {
+        if !self
+            .store
+            .update_delivery(&delivery, DeliveryStatus::Pending, expected_count)
+            .await?
+        {
             tracing::warn!(delivery_id = %delivery.id, attempt = number, "attempt raced with another writer; result dropped");
             return Ok(DeliverOutcome::Stale);
         }
@@ -218,14 +269,30 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             delivery.id.as_str(),
             delivery.endpoint_id.as_str(),
         );
-        if matches!(transition, Transition::Failed { reason: FailReason::EndpointGone }) {
-            self.store.disable_endpoint(&delivery.app_id, &delivery.endpoint_id, "endpoint answered 410 Gone", now).await?;
+        if matches!(
+            transition,
+            Transition::Failed {
+                reason: FailReason::EndpointGone
+            }
+        ) {
+            self.store
+                .disable_endpoint(
+                    &delivery.app_id,
+                    &delivery.endpoint_id,
+                    "endpoint answered 410 Gone",
+                    now,
+                )
+                .await?;
             self.forget_endpoint(&delivery.endpoint_id);
         }
         Ok(outcome)
     }
 
-    async fn endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>, PipelineError> {
+    async fn endpoint(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+    ) -> Result<Option<Endpoint>, PipelineError> {
         let ttl = self.settings.endpoint_cache_ttl;
         if let Some((at, cached)) = self.lock_cache().get(id) {
             if at.elapsed() < ttl {
@@ -233,7 +300,8 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             }
         }
         let fresh = self.store.get_endpoint(app, id).await?;
-        self.lock_cache().insert(id.clone(), (Instant::now(), fresh.clone()));
+        self.lock_cache()
+            .insert(id.clone(), (Instant::now(), fresh.clone()));
         Ok(fresh)
     }
 
@@ -241,7 +309,11 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         self.lock_cache().remove(id);
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointId, (Instant, Option<Endpoint>)>> {
-        self.endpoint_cache.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_cache(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<EndpointId, (Instant, Option<Endpoint>)>> {
+        self.endpoint_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }

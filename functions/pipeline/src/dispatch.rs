@@ -50,7 +50,10 @@ pub async fn queue_pending<Q: Queue>(
     deliveries: &[&Delivery],
     now: DateTime<Utc>,
 ) -> Result<Vec<DeliveryId>, PipelineError> {
-    let messages: Vec<(DeliveryMessage, i32)> = deliveries.iter().filter_map(|d| message_for(d, now)).collect();
+    let messages: Vec<(DeliveryMessage, i32)> = deliveries
+        .iter()
+        .filter_map(|d| message_for(d, now))
+        .collect();
     if messages.is_empty() {
         return Ok(Vec::new());
     }
@@ -58,13 +61,20 @@ pub async fn queue_pending<Q: Queue>(
     for (message, delay) in &messages {
         tracing::debug!(delivery_id = %message.delivery_id, attempt = message.attempt, delay_seconds = delay, "queued");
     }
-    Ok(failed.into_iter().filter_map(|i| messages.get(i).map(|(m, _)| m.delivery_id.clone())).collect())
+    Ok(failed
+        .into_iter()
+        .filter_map(|i| messages.get(i).map(|(m, _)| m.delivery_id.clone()))
+        .collect())
 }
 
 /// Materialises the remaining fan-out of an event, chunk by chunk, each chunk
 /// in one transaction guarded by the event's fan-out version. Idempotent: a
 /// repeated or concurrent run finds the version moved on and stops.
-pub async fn materialise_fanout<S: Store>(store: &S, event_id: &EventId, now: DateTime<Utc>) -> Result<usize, PipelineError> {
+pub async fn materialise_fanout<S: Store>(
+    store: &S,
+    event_id: &EventId,
+    now: DateTime<Utc>,
+) -> Result<usize, PipelineError> {
     let mut written = 0;
     loop {
         let Some(stored) = store.get_event(event_id).await? else {
@@ -78,9 +88,19 @@ pub async fn materialise_fanout<S: Store>(store: &S, event_id: &EventId, now: Da
         let (chunk, rest) = stored.fanout_remaining.split_at(cut);
         let deliveries: Vec<Delivery> = chunk
             .iter()
-            .map(|ep| Delivery::new(DeliveryId::for_event_endpoint(event_id, ep), &stored.event, ep.clone(), now))
+            .map(|ep| {
+                Delivery::new(
+                    DeliveryId::for_event_endpoint(event_id, ep),
+                    &stored.event,
+                    ep.clone(),
+                    now,
+                )
+            })
             .collect();
-        if !store.materialise_fanout(event_id, stored.fanout_version, &deliveries, rest).await? {
+        if !store
+            .materialise_fanout(event_id, stored.fanout_version, &deliveries, rest)
+            .await?
+        {
             tracing::info!(event_id = %event_id, "fan-out chunk already materialised elsewhere");
             return Ok(written);
         }

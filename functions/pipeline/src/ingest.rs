@@ -45,7 +45,10 @@ pub struct Accepted {
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
 fn validate_idempotency_key(key: &str) -> Result<(), PipelineError> {
-    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_LEN || !key.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY_LEN
+        || !key.bytes().all(|b| (0x21..0x7f).contains(&b))
+    {
         return Err(PipelineError::invalid(
             "invalid_idempotency_key",
             "Idempotency-Key must be 1-255 visible ASCII characters",
@@ -69,8 +72,12 @@ pub async fn ingest<S: Store>(
     if body.len() > settings.max_payload_bytes.saturating_add(16 * 1024) {
         return Err(payload_too_large(settings));
     }
-    let request: EventRequest = serde_json::from_slice(body)
-        .map_err(|e| PipelineError::invalid("invalid_body", format!("expected {{\"event_type\": string, \"payload\": any JSON}}: {e}")))?;
+    let request: EventRequest = serde_json::from_slice(body).map_err(|e| {
+        PipelineError::invalid(
+            "invalid_body",
+            format!("expected {{\"event_type\": string, \"payload\": any JSON}}: {e}"),
+        )
+    })?;
     let event_type = EventType::parse(&request.event_type)?;
     let payload_text = request.payload.to_string();
     if payload_text.len() > settings.max_payload_bytes {
@@ -92,8 +99,16 @@ pub async fn ingest<S: Store>(
     }
 
     let endpoints = store.list_endpoints(&app_id).await?;
-    let (mut new, response) = plan_event(app_id.clone(), event_type, &request.payload, &endpoints, now, rng);
-    let response_body = serde_json::to_string(&response).map_err(|e| PipelineError::Corrupt(e.to_string()))?;
+    let (mut new, response) = plan_event(
+        app_id.clone(),
+        event_type,
+        &request.payload,
+        &endpoints,
+        now,
+        rng,
+    );
+    let response_body =
+        serde_json::to_string(&response).map_err(|e| PipelineError::Corrupt(e.to_string()))?;
     new.idempotency = idempotency_key.map(|key| IdempotencyRecord {
         app_id: app_id.clone(),
         key: key.to_owned(),
@@ -131,9 +146,16 @@ pub fn plan_event(
     now: DateTime<Utc>,
     rng: &mut (dyn RngCore + Send),
 ) -> (NewEvent, IngestResponse) {
-    let targets: Vec<EndpointId> = endpoints.iter().filter(|e| e.receives(&event_type)).map(|e| e.id.clone()).collect();
+    let targets: Vec<EndpointId> = endpoints
+        .iter()
+        .filter(|e| e.receives(&event_type))
+        .map(|e| e.id.clone())
+        .collect();
     let event = Event::new(EventId::new(now, rng), app_id, event_type, payload, now);
-    let delivery_ids: Vec<DeliveryId> = targets.iter().map(|ep| DeliveryId::for_event_endpoint(&event.id, ep)).collect();
+    let delivery_ids: Vec<DeliveryId> = targets
+        .iter()
+        .map(|ep| DeliveryId::for_event_endpoint(&event.id, ep))
+        .collect();
     let inline = targets.len().min(INLINE_DELIVERIES);
     let deliveries: Vec<Delivery> = targets[..inline]
         .iter()

@@ -34,7 +34,11 @@ pub const MAX_DELAY_SECS: i64 = 900;
 /// never arrives early by a fraction of a second).
 pub fn delay_seconds(not_before: DateTime<Utc>, now: DateTime<Utc>) -> i32 {
     let millis = (not_before - now).num_milliseconds();
-    let secs = if millis <= 0 { 0 } else { (millis + 999) / 1000 };
+    let secs = if millis <= 0 {
+        0
+    } else {
+        (millis + 999) / 1000
+    };
     secs.clamp(0, MAX_DELAY_SECS) as i32
 }
 

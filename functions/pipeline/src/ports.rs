@@ -65,7 +65,11 @@ pub struct StoredEvent {
 pub trait Store: Send + Sync {
     /// Every endpoint of an app (enabled or not).
     fn list_endpoints(&self, app: &AppId) -> impl Future<Output = Result<Vec<Endpoint>>> + Send;
-    fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> impl Future<Output = Result<Option<Endpoint>>> + Send;
+    fn get_endpoint(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+    ) -> impl Future<Output = Result<Option<Endpoint>>> + Send;
     /// Creates or replaces an endpoint.
     fn put_endpoint(&self, endpoint: &Endpoint) -> impl Future<Output = Result<()>> + Send;
     /// Disables an endpoint with a reason (e.g. it answered 410 Gone).
@@ -77,7 +81,11 @@ pub trait Store: Send + Sync {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    fn get_idempotency(&self, app: &AppId, key: &str) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send;
+    fn get_idempotency(
+        &self,
+        app: &AppId,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send;
     /// Event + inline deliveries + idempotency record, in one transaction.
     fn commit_event(&self, new: &NewEvent) -> impl Future<Output = Result<CommitOutcome>> + Send;
     fn get_event(&self, id: &EventId) -> impl Future<Output = Result<Option<StoredEvent>>> + Send;
@@ -92,7 +100,10 @@ pub trait Store: Send + Sync {
         remaining: &[EndpointId],
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    fn get_delivery(&self, id: &DeliveryId) -> impl Future<Output = Result<Option<Delivery>>> + Send;
+    fn get_delivery(
+        &self,
+        id: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
     /// Writes the delivery's new state if it is still `expected_status` with
     /// `expected_attempt_count` attempts. `Ok(false)` when it is not (stale).
     fn update_delivery(
@@ -114,11 +125,18 @@ pub struct DlqEntry {
 pub trait Queue: Send + Sync {
     /// Sends `(message, delay_seconds)` pairs (batched by 10). Returns the
     /// indices of the messages that were not accepted.
-    fn send_deliveries(&self, messages: &[(DeliveryMessage, i32)]) -> impl Future<Output = Result<Vec<usize>>> + Send;
+    fn send_deliveries(
+        &self,
+        messages: &[(DeliveryMessage, i32)],
+    ) -> impl Future<Output = Result<Vec<usize>>> + Send;
     /// Puts a copy of a failed delivery in the DLQ.
     fn send_to_dlq(&self, message: &DeliveryMessage) -> impl Future<Output = Result<()>> + Send;
     /// Receives up to 10 DLQ messages, hidden for `visibility` meanwhile.
-    fn receive_dlq(&self, max: i32, visibility: Duration) -> impl Future<Output = Result<Vec<DlqEntry>>> + Send;
+    fn receive_dlq(
+        &self,
+        max: i32,
+        visibility: Duration,
+    ) -> impl Future<Output = Result<Vec<DlqEntry>>> + Send;
     fn delete_dlq(&self, receipt_handles: &[String]) -> impl Future<Output = Result<()>> + Send;
     /// Makes received DLQ messages visible again at once.
     fn release_dlq(&self, receipt_handles: &[String]) -> impl Future<Output = Result<()>> + Send;

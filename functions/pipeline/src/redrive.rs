@@ -107,15 +107,16 @@ pub async fn redrive<S: Store, Q: Queue>(
         let mut delete = Vec::new();
         for entry in batch {
             report.received += 1;
-            let action = match handle_entry(store, queue, request, &entry.body, now, &mut report).await {
-                Ok(action) => action,
-                Err(err) => {
-                    keep.extend(std::mem::take(&mut delete));
-                    keep.push(entry.receipt_handle);
-                    let _ = queue.release_dlq(&keep).await;
-                    return Err(err);
-                }
-            };
+            let action =
+                match handle_entry(store, queue, request, &entry.body, now, &mut report).await {
+                    Ok(action) => action,
+                    Err(err) => {
+                        keep.extend(std::mem::take(&mut delete));
+                        keep.push(entry.receipt_handle);
+                        let _ = queue.release_dlq(&keep).await;
+                        return Err(err);
+                    }
+                };
             match action {
                 Action::Delete => delete.push(entry.receipt_handle),
                 Action::Keep => keep.push(entry.receipt_handle),
@@ -144,20 +145,34 @@ async fn handle_entry<S: Store, Q: Queue>(
         report.invalid += 1;
         return Ok(Action::Keep);
     };
-    let endpoint_matches = request.endpoint_id.as_deref().is_none_or(|e| e == message.endpoint_id.as_str());
-    let type_matches = request.event_type.as_deref().is_none_or(|t| t == message.event_type);
+    let endpoint_matches = request
+        .endpoint_id
+        .as_deref()
+        .is_none_or(|e| e == message.endpoint_id.as_str());
+    let type_matches = request
+        .event_type
+        .as_deref()
+        .is_none_or(|t| t == message.event_type);
     if !endpoint_matches || !type_matches {
         report.skipped += 1;
         return Ok(Action::Keep);
     }
     let Some(mut delivery) = store.get_delivery(&message.delivery_id).await? else {
         report.missing += 1;
-        return Ok(if request.dry_run { Action::Keep } else { Action::Delete });
+        return Ok(if request.dry_run {
+            Action::Keep
+        } else {
+            Action::Delete
+        });
     };
     match delivery.status {
         DeliveryStatus::Delivered => {
             report.already_delivered += 1;
-            Ok(if request.dry_run { Action::Keep } else { Action::Delete })
+            Ok(if request.dry_run {
+                Action::Keep
+            } else {
+                Action::Delete
+            })
         }
         DeliveryStatus::Failed => {
             if request.dry_run {
@@ -166,7 +181,10 @@ async fn handle_entry<S: Store, Q: Queue>(
             }
             let expected = delivery.attempt_count;
             delivery.manual_retry(now)?;
-            if store.update_delivery(&delivery, DeliveryStatus::Failed, expected).await? {
+            if store
+                .update_delivery(&delivery, DeliveryStatus::Failed, expected)
+                .await?
+            {
                 tracing::info!(delivery_id = %delivery.id, manual_retries = delivery.manual_retries, "delivery redriven");
                 report.redriven += 1;
                 Ok(Action::Delete)

@@ -84,7 +84,10 @@ pub fn check_endpoint_url(raw: &str, allow_private: bool) -> Result<url::Url, St
         Some(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
         Some(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
         Some(url::Host::Domain(d)) => {
-            if !allow_private && (d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")) {
+            if !allow_private
+                && (d.eq_ignore_ascii_case("localhost")
+                    || d.to_ascii_lowercase().ends_with(".localhost"))
+            {
                 return Err("localhost is not allowed".into());
             }
             None
@@ -118,7 +121,8 @@ impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if addrs.is_empty() || addrs.iter().any(|a| !is_public_ip(a.ip())) {
                 return Err(Box::new(BlockedAddress(host)) as Box<dyn StdError + Send + Sync>);
             }
@@ -146,7 +150,10 @@ impl HttpSender {
             builder = builder.dns_resolver(Arc::new(GuardedResolver));
         }
         let client = builder.build().map_err(|e| e.to_string())?;
-        Ok(Self { client, allow_private })
+        Ok(Self {
+            client,
+            allow_private,
+        })
     }
 }
 
@@ -191,7 +198,11 @@ impl Sender for HttpSender {
                 ..SendResult::default()
             };
         }
-        let mut builder = self.client.post(request.url).timeout(request.timeout).body(request.body.to_vec());
+        let mut builder = self
+            .client
+            .post(request.url)
+            .timeout(request.timeout)
+            .body(request.body.to_vec());
         for (name, value) in request.headers.iter() {
             builder = builder.header(name, value);
         }
@@ -219,7 +230,9 @@ impl Sender for HttpSender {
         let mut error = None;
         while prefix.len() < RESPONSE_BODY_LIMIT {
             match response.chunk().await {
-                Ok(Some(chunk)) => prefix.extend_from_slice(&chunk[..chunk.len().min(RESPONSE_BODY_LIMIT - prefix.len())]),
+                Ok(Some(chunk)) => prefix.extend_from_slice(
+                    &chunk[..chunk.len().min(RESPONSE_BODY_LIMIT - prefix.len())],
+                ),
                 Ok(None) => break,
                 Err(err) => {
                     error = Some(describe(&err, request.timeout).0);
@@ -245,15 +258,49 @@ mod tests {
     #[test]
     fn private_and_special_addresses_are_not_public() {
         for ip in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "0.0.0.0",
-            "0.1.2.3", "100.64.0.1", "100.127.255.255", "192.0.0.8", "192.0.2.1", "198.18.0.1", "198.51.100.2",
-            "203.0.113.3", "224.0.0.1", "240.0.0.1", "255.255.255.255", "::1", "::", "::ffff:127.0.0.1",
-            "::ffff:169.254.169.254", "::ffff:10.0.0.1", "fc00::1", "fd12:3456::1", "fe80::1", "ff02::1",
-            "2001:db8::1", "64:ff9b::7f00:1", "2002:7f00:1::", "::127.0.0.1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "0.1.2.3",
+            "100.64.0.1",
+            "100.127.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "198.18.0.1",
+            "198.51.100.2",
+            "203.0.113.3",
+            "224.0.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::ffff:10.0.0.1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "ff02::1",
+            "2001:db8::1",
+            "64:ff9b::7f00:1",
+            "2002:7f00:1::",
+            "::127.0.0.1",
         ] {
             assert!(!is_public_ip(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"] {
+        for ip in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+        ] {
             assert!(is_public_ip(ip.parse().unwrap()), "{ip}");
         }
     }
@@ -262,10 +309,22 @@ mod tests {
     fn url_checks() {
         assert!(check_endpoint_url("https://example.com/hook", false).is_ok());
         for bad in [
-            "http://example.com/", "ftp://example.com/", "https://user:pw@example.com/", "https://127.0.0.1/",
-            "https://2130706433/", "https://0x7f.1/", "https://0177.0.0.1/", "https://[::1]/", "https://[::ffff:7f00:1]/",
-            "https://169.254.169.254/latest/meta-data", "https://localhost/", "https://a.localhost/", "https://0.0.0.0/",
-            "https://10.0.0.1:8443/x", "not a url", "https://",
+            "http://example.com/",
+            "ftp://example.com/",
+            "https://user:pw@example.com/",
+            "https://127.0.0.1/",
+            "https://2130706433/",
+            "https://0x7f.1/",
+            "https://0177.0.0.1/",
+            "https://[::1]/",
+            "https://[::ffff:7f00:1]/",
+            "https://169.254.169.254/latest/meta-data",
+            "https://localhost/",
+            "https://a.localhost/",
+            "https://0.0.0.0/",
+            "https://10.0.0.1:8443/x",
+            "not a url",
+            "https://",
         ] {
             assert!(check_endpoint_url(bad, false).is_err(), "{bad}");
         }

@@ -41,10 +41,16 @@ impl Settings {
 
     /// Reads settings through `lookup` (tests pass a map).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, PipelineError> {
-        let get = |k: &str| lookup(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let get = |k: &str| {
+            lookup(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
         let duration = |k: &str, default: Duration| -> Result<Duration, PipelineError> {
             match get(k) {
-                Some(v) => parse_duration(&v).map_err(|e| PipelineError::Config(format!("{k}: {e}"))),
+                Some(v) => {
+                    parse_duration(&v).map_err(|e| PipelineError::Config(format!("{k}: {e}")))
+                }
                 None => Ok(default),
             }
         };
@@ -63,15 +69,15 @@ impl Settings {
             }
         };
         let max_payload_bytes = match get("WEBHOOKS_MAX_PAYLOAD_BYTES") {
-            Some(v) => v
-                .parse()
-                .map_err(|_| PipelineError::Config(format!("WEBHOOKS_MAX_PAYLOAD_BYTES: `{v}` is not a number")))?,
+            Some(v) => v.parse().map_err(|_| {
+                PipelineError::Config(format!("WEBHOOKS_MAX_PAYLOAD_BYTES: `{v}` is not a number"))
+            })?,
             None => 256 * 1024,
         };
         let retention_days: u64 = match get("WEBHOOKS_RETENTION_DAYS") {
-            Some(v) => v
-                .parse()
-                .map_err(|_| PipelineError::Config(format!("WEBHOOKS_RETENTION_DAYS: `{v}` is not a number")))?,
+            Some(v) => v.parse().map_err(|_| {
+                PipelineError::Config(format!("WEBHOOKS_RETENTION_DAYS: `{v}` is not a number"))
+            })?,
             None => 30,
         };
         Ok(Self {
@@ -84,7 +90,10 @@ impl Settings {
             max_payload_bytes,
             retention: Duration::from_secs(retention_days * 86_400),
             endpoint_cache_ttl: duration("WEBHOOKS_ENDPOINT_CACHE_TTL", Duration::from_secs(30))?,
-            rotation_overlap: duration("WEBHOOKS_SECRET_ROTATION_OVERLAP", Duration::from_secs(86_400))?,
+            rotation_overlap: duration(
+                "WEBHOOKS_SECRET_ROTATION_OVERLAP",
+                Duration::from_secs(86_400),
+            )?,
         })
     }
 }

@@ -9,11 +9,17 @@ use hookline_pipeline::redrive::{redrive, RedriveReport, RedriveRequest};
 use hookline_pipeline::PipelineError;
 
 /// Parses the input (an empty or `null` payload means the defaults) and redrives.
-pub async fn handle<S: Store, Q: Queue>(store: &S, queue: &Q, input: serde_json::Value, now: DateTime<Utc>) -> Result<RedriveReport, PipelineError> {
+pub async fn handle<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    input: serde_json::Value,
+    now: DateTime<Utc>,
+) -> Result<RedriveReport, PipelineError> {
     let request: RedriveRequest = if input.is_null() {
         RedriveRequest::default()
     } else {
-        serde_json::from_value(input).map_err(|e| PipelineError::invalid("invalid_input", e.to_string()))?
+        serde_json::from_value(input)
+            .map_err(|e| PipelineError::invalid("invalid_input", e.to_string()))?
     };
     redrive(store, queue, &request, now).await
 }

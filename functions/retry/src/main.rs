@@ -6,7 +6,11 @@ async fn main() -> Result<(), Error> {
     let (_settings, store, queue) = hookline_aws::clients::deps_from_env().await?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let (store, queue) = (&store, &queue);
-        async move { Ok::<_, Error>(hookline_retry::handle(store, queue, event.payload, chrono::Utc::now()).await?) }
+        async move {
+            Ok::<_, Error>(
+                hookline_retry::handle(store, queue, event.payload, chrono::Utc::now()).await?,
+            )
+        }
     }))
     .await
 }

@@ -1,0 +1,184 @@
+//! Real HTTP receivers on loopback with scripted answers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hookline_verify::{Scheme, Verifier};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Status(u16),
+    /// A status with a `Retry-After` header value.
+    RetryAfter(u16, String),
+    /// Wait this long, then answer 200 (for timeouts).
+    Slow(Duration),
+}
+
+/// A request the receiver got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub at: Instant,
+    pub webhook_id: String,
+    pub headers: HashMap<String, String>,
+    pub body: Vec<u8>,
+    pub standard_ok: bool,
+    pub stripe_ok: bool,
+    pub answered: u16,
+}
+
+#[derive(Debug, Default)]
+struct ReceiverState {
+    script: Mutex<VecDeque<Reply>>,
+    fallback: Mutex<Option<Reply>>,
+    secret: Mutex<Option<String>>,
+    received: Mutex<Vec<Received>>,
+}
+
+/// A running receiver; stops when dropped.
+#[derive(Debug)]
+pub struct Receiver {
+    pub url: String,
+    state: Arc<ReceiverState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn handle(
+    State(state): State<Arc<ReceiverState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let reply = lock(&state.script)
+        .pop_front()
+        .or_else(|| lock(&state.fallback).clone())
+        .unwrap_or(Reply::Status(200));
+    let pairs: Vec<(String, String)> = headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let secret = lock(&state.secret).clone();
+    let (standard_ok, stripe_ok) = match secret.as_deref().map(Verifier::new) {
+        Some(Ok(v)) => {
+            let std_ok = v
+                .verify_standard_at(&pairs, &body, chrono::Utc::now().timestamp())
+                .map(|r| r.scheme == Scheme::StandardWebhooks)
+                .unwrap_or(false);
+            let stripe_ok = v
+                .verify_stripe_at(&pairs, &body, chrono::Utc::now().timestamp())
+                .is_ok();
+            (std_ok, stripe_ok)
+        }
+        _ => (false, false),
+    };
+    let answered = match &reply {
+        Reply::Status(s) | Reply::RetryAfter(s, _) => *s,
+        Reply::Slow(_) => 200,
+    };
+    lock(&state.received).push(Received {
+        at: Instant::now(),
+        webhook_id: pairs
+            .iter()
+            .find(|(k, _)| k == "webhook-id")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default(),
+        headers: pairs.into_iter().collect(),
+        body: body.to_vec(),
+        standard_ok,
+        stripe_ok,
+        answered,
+    });
+    match reply {
+        Reply::Status(s) => {
+            (StatusCode::from_u16(s).unwrap_or(StatusCode::OK), "ok").into_response()
+        }
+        Reply::RetryAfter(s, value) => (
+            StatusCode::from_u16(s).unwrap_or(StatusCode::OK),
+            [("retry-after", value)],
+            "later",
+        )
+            .into_response(),
+        Reply::Slow(d) => {
+            tokio::time::sleep(d).await;
+            (StatusCode::OK, "slow ok").into_response()
+        }
+    }
+}
+
+impl Receiver {
+    /// Starts a receiver answering `fallback` once the script is used up.
+    pub async fn start(script: Vec<Reply>, fallback: Reply) -> Self {
+        let state = Arc::new(ReceiverState::default());
+        *lock(&state.script) = script.into();
+        *lock(&state.fallback) = Some(fallback);
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            url: format!("http://{addr}/hook"),
+            state,
+            task,
+        }
+    }
+
+    /// Always answers 200.
+    pub async fn healthy() -> Self {
+        Self::start(vec![], Reply::Status(200)).await
+    }
+
+    /// The secret to verify with (set after the endpoint is created).
+    pub fn set_secret(&self, secret: &str) {
+        *lock(&self.state.secret) = Some(secret.to_owned());
+    }
+
+    /// Changes the answer once the script is used up.
+    pub fn set_fallback(&self, reply: Reply) {
+        *lock(&self.state.fallback) = Some(reply);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        lock(&self.state.received).clone()
+    }
+
+    /// Requests answered 2xx.
+    pub fn accepted(&self) -> Vec<Received> {
+        self.received()
+            .into_iter()
+            .filter(|r| (200..300).contains(&r.answered))
+            .collect()
+    }
+
+    /// Distinct webhook ids answered 2xx.
+    pub fn unique_accepted(&self) -> usize {
+        let mut ids: Vec<String> = self.accepted().into_iter().map(|r| r.webhook_id).collect();
+        ids.sort();
+        ids.dedup();
+        ids.len()
+    }
+
+    /// 2xx answers beyond the first per webhook id (at-least-once duplicates).
+    pub fn duplicates(&self) -> usize {
+        self.accepted().len() - self.unique_accepted()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
