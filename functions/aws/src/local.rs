@@ -285,12 +285,24 @@ impl LocalResources {
                     req = req.attributes(attr, v);
                 }
             }
-            let url = req
+            // An existing queue is reused as it is (a restart keeps its settings and messages).
+            let existing = clients
+                .sqs
+                .get_queue_url()
+                .queue_name(&name)
                 .send()
                 .await
-                .map_err(|e| aws_err("CreateQueue", e))?
-                .queue_url
-                .unwrap_or_default();
+                .ok()
+                .and_then(|o| o.queue_url);
+            let url = match existing {
+                Some(url) => url,
+                None => req
+                    .send()
+                    .await
+                    .map_err(|e| aws_err("CreateQueue", e))?
+                    .queue_url
+                    .unwrap_or_default(),
+            };
             let attrs = clients
                 .sqs
                 .get_queue_attributes()
@@ -488,6 +500,18 @@ impl StreamSource {
             filters: source.filters.clone(),
             checkpoints: HashMap::new(),
             serial,
+        }
+    }
+
+    /// The checkpoints as JSON (`{shard id: sequence number}`), to persist.
+    pub fn checkpoints_json(&self) -> String {
+        serde_json::to_string(&self.checkpoints).unwrap_or_default()
+    }
+
+    /// Restores checkpoints saved by [`Self::checkpoints_json`]; bad input is ignored.
+    pub fn restore_checkpoints(&mut self, json: &str) {
+        if let Ok(map) = serde_json::from_str::<HashMap<String, String>>(json) {
+            self.checkpoints = map;
         }
     }
 

@@ -1,0 +1,333 @@
+//! The pipeline on one machine: moto as AWS, the four functions' handlers
+//! in-process, fed exactly as Lambda would feed them.
+//!
+//! - [`LocalStack`]: creates the template's resources on an endpoint (moto),
+//!   builds the handlers from `WEBHOOKS_*` settings, and runs the local event
+//!   sources: [`LocalStack::pump`] once, or [`LocalStack::run_pollers`] until
+//!   told to stop. [`LocalStack::call`] sends an API request through the
+//!   ingest handler as an API Gateway v2 event.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hookline_aws::clients::{local_sdk_config, Clients};
+use hookline_aws::local::{
+    LocalError, LocalResources, PollStats, QueueSource, StreamSource, Template,
+};
+use hookline_aws::{DynamoStore, SqsQueue};
+use hookline_core::ids::DeliveryId;
+use hookline_core::model::Delivery;
+use hookline_ingest::{apigw, Api, ApiKeys};
+use hookline_pipeline::deliver::Deliverer;
+use hookline_pipeline::ports::{Queue, Store};
+use hookline_pipeline::sender::HttpSender;
+use hookline_pipeline::Settings;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::Value;
+use tokio::sync::{watch, Mutex};
+
+/// An HTTP answer of the API: status, headers, JSON body (`Null` if not JSON).
+pub type ApiAnswer = (u16, HashMap<String, String>, Value);
+
+/// The local pipeline.
+#[allow(missing_debug_implementations)]
+pub struct LocalStack {
+    pub clients: Clients,
+    pub resources: LocalResources,
+    pub settings: Settings,
+    pub store: DynamoStore,
+    pub queue: SqsQueue,
+    pub api: Api<DynamoStore, SqsQueue>,
+    pub deliverer: Deliverer<DynamoStore, SqsQueue, HttpSender>,
+    pub admin_key: String,
+    stream: Mutex<StreamSource>,
+    queue_source: QueueSource,
+    checkpoint_file: Option<PathBuf>,
+}
+
+/// How to build a [`LocalStack`].
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// The AWS endpoint (moto), e.g. `http://127.0.0.1:5000`.
+    pub endpoint_url: String,
+    pub template: PathBuf,
+    /// Resource names are `{prefix}{LogicalId}`.
+    pub prefix: String,
+    /// `WEBHOOKS_*` values; the table and queue variables are filled in.
+    pub env: HashMap<String, String>,
+    pub admin_key: String,
+    /// Where the stream checkpoints survive a restart (a crashed worker
+    /// resumes after the last handled record, like Lambda's mapping).
+    pub checkpoint_file: Option<PathBuf>,
+}
+
+impl LocalStack {
+    pub async fn start(config: LocalConfig) -> Result<Self, LocalError> {
+        let sdk = local_sdk_config(&config.endpoint_url).await;
+        let clients = Clients::from_config(&sdk);
+        let template = Template::load(&config.template)?;
+        let resources = LocalResources::create(&template, &clients, &config.prefix).await?;
+        let mut vars = config.env.clone();
+        let pick = |map: &HashMap<String, String>, k: &str| {
+            map.get(k)
+                .cloned()
+                .ok_or_else(|| LocalError::Template(format!("template has no `{k}`")))
+        };
+        vars.insert("WEBHOOKS_TABLE".into(), pick(&resources.tables, "Table")?);
+        vars.insert(
+            "WEBHOOKS_QUEUE_URL".into(),
+            pick(&resources.queue_urls, "DeliveryQueue")?,
+        );
+        vars.insert(
+            "WEBHOOKS_DLQ_URL".into(),
+            pick(&resources.queue_urls, "DeadLetterQueue")?,
+        );
+        let settings = Settings::from_lookup(|k| vars.get(k).cloned())
+            .map_err(|e| LocalError::Template(e.to_string()))?;
+        // moto loses writes under concurrent transactions: one DynamoDB call at a time.
+        let serial = Arc::new(Mutex::new(()));
+        let store = DynamoStore::new(
+            clients.dynamodb.clone(),
+            settings.table.clone(),
+            settings.retention,
+        )
+        .serialized(serial.clone());
+        let queue = SqsQueue::new(
+            clients.sqs.clone(),
+            settings.queue_url.clone(),
+            settings.dlq_url.clone(),
+        );
+        let dispatch_source = template
+            .event_source("DispatchFunction")
+            .ok_or_else(|| LocalError::Template("DispatchFunction has no stream event".into()))?;
+        let deliver_source = template
+            .event_source("DeliverFunction")
+            .ok_or_else(|| LocalError::Template("DeliverFunction has no queue event".into()))?;
+        let mut stream = StreamSource::new(
+            clients.streams.clone(),
+            pick(&resources.stream_arns, "Table")?,
+            &dispatch_source,
+            Some(serial),
+        );
+        if let Some(path) = &config.checkpoint_file {
+            if let Ok(text) = std::fs::read_to_string(path) {
+                stream.restore_checkpoints(&text);
+            }
+        }
+        let queue_source = QueueSource::new(
+            clients.sqs.clone(),
+            pick(&resources.queue_urls, "DeliveryQueue")?,
+            pick(&resources.queue_arns, "DeliveryQueue")?,
+            &deliver_source,
+        );
+        let sender = HttpSender::new(settings.allow_private_endpoints).map_err(LocalError::Aws)?;
+        let api = Api {
+            store: store.clone(),
+            queue: queue.clone(),
+            settings: settings.clone(),
+            keys: ApiKeys::admin(&config.admin_key),
+        };
+        let deliverer = Deliverer::new(store.clone(), queue.clone(), sender, settings.clone());
+        Ok(Self {
+            clients,
+            resources,
+            settings,
+            store,
+            queue,
+            api,
+            deliverer,
+            admin_key: config.admin_key,
+            stream: Mutex::new(stream),
+            queue_source,
+            checkpoint_file: config.checkpoint_file,
+        })
+    }
+
+    /// One API request through the ingest handler, authenticated with the admin key.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        extra: &[(&str, &str)],
+    ) -> ApiAnswer {
+        let mut headers = vec![
+            (
+                "authorization".to_owned(),
+                format!("Bearer {}", self.admin_key),
+            ),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ];
+        headers.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        let body = body.map(|b| b.to_string());
+        self.raw_call(method, path, &headers, body.as_deref()).await
+    }
+
+    /// One API request with exactly these headers.
+    pub async fn raw_call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: Option<&str>,
+    ) -> ApiAnswer {
+        let request = match apigw::http_request(method, path, headers, body) {
+            Ok(r) => r,
+            Err(e) => {
+                return (
+                    400,
+                    HashMap::new(),
+                    serde_json::json!({"error": {"code": "bad_request", "message": e}}),
+                )
+            }
+        };
+        let response = hookline_ingest::handle(
+            &self.api,
+            request,
+            chrono::Utc::now(),
+            &mut StdRng::from_entropy(),
+        )
+        .await;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        let bytes: &[u8] = response.body().as_ref();
+        (
+            status,
+            headers,
+            serde_json::from_slice(bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// One round of the event sources: the stream into dispatch, then one
+    /// receive (waiting up to `wait_secs`) from the queue into deliver.
+    pub async fn pump_with_wait(
+        &self,
+        wait_secs: i32,
+    ) -> Result<(PollStats, PollStats), LocalError> {
+        let (store, queue) = (&self.store, &self.queue);
+        let stream = {
+            let mut source = self.stream.lock().await;
+            let stats = source
+                .poll(|event| async move {
+                    hookline_dispatch::handle(store, queue, event, chrono::Utc::now()).await
+                })
+                .await?;
+            if let Some(path) = &self.checkpoint_file {
+                let _ = std::fs::write(path, source.checkpoints_json());
+            }
+            stats
+        };
+        let deliverer = &self.deliverer;
+        let queued = self
+            .queue_source
+            .poll(wait_secs, |event| async move {
+                hookline_deliver::handle(deliverer, event).await
+            })
+            .await?;
+        Ok((stream, queued))
+    }
+
+    /// [`Self::pump_with_wait`] without waiting on an empty queue.
+    pub async fn pump(&self) -> (PollStats, PollStats) {
+        match self.pump_with_wait(0).await {
+            Ok(stats) => stats,
+            Err(err) => {
+                tracing::warn!(error = %err, "poll failed");
+                (PollStats::default(), PollStats::default())
+            }
+        }
+    }
+
+    /// Pumps until `done` holds or `timeout` passes; returns whether it held.
+    pub async fn pump_until<F, Fut>(&self, timeout: Duration, mut done: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let (s, q) = self.pump().await;
+            if done().await {
+                return true;
+            }
+            if s.records == 0 && q.records == 0 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        done().await
+    }
+
+    /// Runs the event sources until `stop` turns true.
+    pub async fn run_pollers(&self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            tokio::select! {
+                result = self.pump_with_wait(1) => {
+                    if let Err(err) = result {
+                        tracing::warn!(error = %err, "poll failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
+    pub async fn delivery(&self, id: &str) -> Option<Delivery> {
+        let id = DeliveryId::parse(id).ok()?;
+        self.store.get_delivery(&id).await.ok().flatten()
+    }
+
+    pub async fn dlq_depth(&self) -> u64 {
+        self.queue.dlq_depth().await.unwrap_or(0)
+    }
+
+    /// Shortens the delivery queue's visibility timeout (tests of crashes:
+    /// messages a killed worker held come back sooner).
+    pub async fn set_queue_visibility(&self, seconds: u32) -> Result<(), LocalError> {
+        self.clients
+            .sqs
+            .set_queue_attributes()
+            .queue_url(&self.settings.queue_url)
+            .attributes(
+                aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+                seconds.to_string(),
+            )
+            .send()
+            .await
+            .map_err(|e| LocalError::Aws(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// The workspace's `template.yaml`, found from the current directory upwards.
+pub fn find_template() -> Option<PathBuf> {
+    let mut dir = std::env::current_dir().ok()?;
+    loop {
+        let candidate = dir.join("template.yaml");
+        if candidate.exists() {
+            return Some(candidate);
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
+/// `WEBHOOKS_*` variables of the process environment.
+pub fn webhooks_env() -> HashMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with("WEBHOOKS_"))
+        .collect()
+}
