@@ -18,7 +18,16 @@ pub struct Clients {
 /// (Lambda's, or dummies locally), `AWS_ENDPOINT_URL` honoured (moto), standard
 /// retry mode with 4 attempts and exponential backoff, bounded timeouts.
 pub async fn sdk_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    // `WEBHOOKS_AWS_ENDPOINT_URL` (local runs, e.g. sam local invoke against
+    // moto); empty when deployed.
+    if let Some(url) = std::env::var("WEBHOOKS_AWS_ENDPOINT_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    {
+        loader = loader.endpoint_url(url.trim());
+    }
+    loader
         .retry_config(
             RetryConfig::standard()
                 .with_max_attempts(4)

@@ -32,3 +32,154 @@ pub async fn handle<S: Store, Q: Queue, H: Sender>(
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+    use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event, EventType};
+    use hookline_core::signing::Secret;
+    use hookline_pipeline::fakes::{MemoryQueue, MemoryStore, ScriptedSender};
+    use hookline_pipeline::ports::StoredEvent;
+    use hookline_pipeline::Settings;
+
+    /// A store holding the delivery, event and endpoint the fixtures name.
+    async fn seeded() -> MemoryStore {
+        let store = MemoryStore::default();
+        let now = Utc.timestamp_opt(1_796_217_600, 0).unwrap();
+        let app = AppId::parse("demo").unwrap();
+        let endpoint_id = EndpointId::parse("ep_01m8vgw5r0fdnvqj6sdwzakm9j").unwrap();
+        let event = Event::new(
+            EventId::parse("evt_01m8vgw5r0fe7bg2yq1bg7gk3r").unwrap(),
+            app.clone(),
+            EventType::parse("order.paid").unwrap(),
+            &serde_json::json!({"order_id": "ord_1042"}),
+            now,
+        );
+        let endpoint = Endpoint {
+            id: endpoint_id.clone(),
+            app_id: app,
+            url: "https://receiver.example/hook".into(),
+            description: None,
+            event_types: vec![],
+            secret: Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            previous_secrets: vec![],
+            disabled: false,
+            disabled_reason: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let delivery = Delivery::new(
+            DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap(),
+            &event,
+            endpoint_id,
+            now,
+        );
+        hookline_pipeline::ports::Store::put_endpoint(&store, &endpoint)
+            .await
+            .unwrap();
+        store.insert_event(StoredEvent {
+            event,
+            fanout_remaining: vec![],
+            fanout_version: 0,
+        });
+        store.insert_delivery(delivery);
+        store
+    }
+
+    fn fixture() -> SqsEvent {
+        serde_json::from_str(include_str!("../../../events/sqs-deliver.json"))
+            .expect("fixture is an SQS event")
+    }
+
+    fn settings() -> Settings {
+        Settings::from_lookup(|k| (k == "WEBHOOKS_RETRY_SCHEDULE").then(|| "1s,2s".to_owned()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn fixture_message_is_signed_posted_and_recorded() {
+        let deliverer = Deliverer::new(
+            seeded().await,
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(204)),
+            settings(),
+        );
+        let response = handle(&deliverer, fixture()).await;
+        assert!(response.batch_item_failures.is_empty());
+        let d = &deliverer.store.deliveries()[0];
+        assert_eq!(d.status, DeliveryStatus::Delivered);
+        let requests = deliverer.sender.requests.lock().unwrap();
+        let (url, headers, body) = &requests[0];
+        assert_eq!(url, "https://receiver.example/hook");
+        let v = hookline_verify::Verifier::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let verified = v.verify(headers, body).unwrap();
+        assert_eq!(
+            verified.message_id.as_deref(),
+            Some(d.message_id().as_str())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_503_schedules_a_retry_and_a_redelivered_message_is_stale() {
+        let deliverer = Deliverer::new(
+            seeded().await,
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(503)),
+            settings(),
+        );
+        assert!(handle(&deliverer, fixture())
+            .await
+            .batch_item_failures
+            .is_empty());
+        let d = &deliverer.store.deliveries()[0];
+        assert_eq!((d.status, d.attempt_count), (DeliveryStatus::Pending, 1));
+        // SQS delivers the same message again (at-least-once): acked, nothing sent.
+        assert!(handle(&deliverer, fixture())
+            .await
+            .batch_item_failures
+            .is_empty());
+        assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn exhausted_delivery_fails_with_a_copy_in_the_dlq() {
+        let deliverer = Deliverer::new(
+            seeded().await,
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(500)),
+            Settings::from_lookup(|k| (k == "WEBHOOKS_MAX_ATTEMPTS").then(|| "1".to_owned()))
+                .unwrap(),
+        );
+        assert!(handle(&deliverer, fixture())
+            .await
+            .batch_item_failures
+            .is_empty());
+        assert_eq!(
+            deliverer.store.deliveries()[0].status,
+            DeliveryStatus::Failed
+        );
+        let dlq = deliverer.queue.dlq_bodies();
+        assert_eq!(dlq.len(), 1);
+        assert!(dlq[0].contains("HTTP 500"), "{}", dlq[0]);
+    }
+
+    #[tokio::test]
+    async fn unreadable_message_is_reported_as_a_batch_item_failure() {
+        let deliverer = Deliverer::new(
+            seeded().await,
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(200)),
+            settings(),
+        );
+        let mut event = fixture();
+        event.records[0].body = Some("not json".into());
+        let response = handle(&deliverer, event).await;
+        assert_eq!(response.batch_item_failures.len(), 1);
+        assert_eq!(
+            response.batch_item_failures[0].item_identifier,
+            "059f36b4-87a3-44ab-83d2-661975830a7d"
+        );
+    }
+}

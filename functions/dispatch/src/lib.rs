@@ -69,3 +69,68 @@ pub async fn handle<S: Store, Q: Queue>(
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use hookline_pipeline::fakes::{MemoryQueue, MemoryStore};
+
+    fn fixture(text: &str) -> Event {
+        serde_json::from_str(text).expect("fixture is a DynamoDB stream event")
+    }
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(secs, 0).unwrap()
+    }
+
+    #[tokio::test]
+    async fn insert_of_a_pending_delivery_queues_attempt_one_now() {
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let event = fixture(include_str!("../../../events/stream-insert-delivery.json"));
+        let response = handle(&store, &queue, event, at(1_796_217_600)).await;
+        assert!(response.batch_item_failures.is_empty());
+        let sent = queue.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].0.attempt, 1);
+        assert_eq!(
+            sent[0].0.delivery_id.as_str(),
+            "dlv_01m8vgw5r0fd5bkndpb8a897m8"
+        );
+        assert_eq!(sent[0].1, 0, "due now: no delay");
+    }
+
+    #[tokio::test]
+    async fn modify_scheduling_a_retry_queues_the_next_attempt_with_its_delay() {
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let event = fixture(include_str!("../../../events/stream-modify-delivery.json"));
+        // next_attempt_at is 13:20:31Z; now is 13:20:01Z -> 30 s delay.
+        let response = handle(&store, &queue, event, at(1_796_217_601)).await;
+        assert!(response.batch_item_failures.is_empty());
+        let sent = queue.sent();
+        assert_eq!((sent[0].0.attempt, sent[0].1), (2, 30));
+    }
+
+    #[tokio::test]
+    async fn undecodable_record_is_reported_not_dropped() {
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let mut json: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
+                .unwrap();
+        json["Records"][0]["dynamodb"]["NewImage"]["attempt_count"] =
+            serde_json::json!({"S": "many"});
+        let response = handle(
+            &store,
+            &queue,
+            serde_json::from_value(json).unwrap(),
+            at(1_796_217_600),
+        )
+        .await;
+        assert_eq!(response.batch_item_failures.len(), 1);
+        assert_eq!(
+            response.batch_item_failures[0].item_identifier.as_deref(),
+            Some("100000000000000000001")
+        );
+        assert!(queue.sent().is_empty());
+    }
+}

@@ -365,3 +365,104 @@ async fn route<S: Store, Q: Queue>(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookline_pipeline::fakes::{MemoryQueue, MemoryStore};
+    use rand::SeedableRng;
+
+    fn api() -> Api<MemoryStore, MemoryQueue> {
+        Api {
+            store: MemoryStore::default(),
+            queue: MemoryQueue::default(),
+            settings: Settings::from_lookup(|k| {
+                (k == "WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS").then(|| "true".to_owned())
+            })
+            .unwrap(),
+            keys: ApiKeys::admin("local-admin-key"),
+        }
+    }
+
+    async fn call(api: &Api<MemoryStore, MemoryQueue>, fixture: &str) -> (u16, serde_json::Value) {
+        let request =
+            lambda_http::request::from_str(fixture).expect("fixture is an API Gateway v2 event");
+        let response = handle(
+            api,
+            request,
+            Utc::now(),
+            &mut rand::rngs::StdRng::seed_from_u64(1),
+        )
+        .await;
+        let body: &[u8] = response.body().as_ref();
+        (
+            response.status().as_u16(),
+            serde_json::from_slice(body).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    #[tokio::test]
+    async fn fixtures_drive_the_api() {
+        let api = api();
+        assert_eq!(
+            call(&api, include_str!("../../../events/api-health.json"))
+                .await
+                .0,
+            200
+        );
+        let (status, endpoint) = call(
+            &api,
+            include_str!("../../../events/api-create-endpoint.json"),
+        )
+        .await;
+        assert_eq!(status, 201, "{endpoint}");
+        assert!(endpoint["secret"].as_str().unwrap().starts_with("whsec_"));
+        let (status, list) = call(
+            &api,
+            include_str!("../../../events/api-list-endpoints.json"),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(
+            list["items"][0].get("secret").is_none(),
+            "secrets never in lists: {list}"
+        );
+        let (status, accepted) =
+            call(&api, include_str!("../../../events/api-post-event.json")).await;
+        assert_eq!(status, 202, "{accepted}");
+        assert_eq!(accepted["delivery_ids"].as_array().unwrap().len(), 1);
+        let (status, again) = call(&api, include_str!("../../../events/api-post-event.json")).await;
+        assert_eq!(
+            (status, &again),
+            (202, &accepted),
+            "same Idempotency-Key, same answer"
+        );
+        assert_eq!(api.store.deliveries().len(), 1);
+        let (status, report) = call(&api, include_str!("../../../events/api-redrive.json")).await;
+        assert_eq!(status, 200, "{report}");
+        assert_eq!(report["dry_run"], true);
+        let (status, missing) =
+            call(&api, include_str!("../../../events/api-get-delivery.json")).await;
+        assert_eq!(
+            (status, missing["error"]["code"].as_str()),
+            (404, Some("not_found"))
+        );
+    }
+
+    #[tokio::test]
+    async fn wrong_key_is_401_and_errors_never_echo_secrets() {
+        let api = api();
+        let fixture = include_str!("../../../events/api-post-event.json")
+            .replace("local-admin-key", "wrong-key");
+        let (status, body) = call(&api, &fixture).await;
+        assert_eq!(status, 401);
+        assert!(!body.to_string().contains("wrong-key"));
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/api-create-endpoint.json")).unwrap();
+        v["body"] =
+            serde_json::json!(r#"{"url":"http://127.0.0.1:1/","secret":"whsec_notbase64!!"}"#);
+        let (status, body) = call(&api, &v.to_string()).await;
+        assert_eq!(status, 400);
+        assert!(!body.to_string().contains("notbase64"), "{body}");
+    }
+}

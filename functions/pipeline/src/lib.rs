@@ -14,10 +14,14 @@
 //! - [`sender`]: the reqwest HTTP sender with the private-address guard.
 //! - [`metrics`]: CloudWatch Embedded Metric Format log lines.
 //! - [`error`]: [`PipelineError`], saying what is retryable.
+//! - `fakes` (feature `fakes`): in-memory ports for unit tests only; every AWS
+//!   path is also tested against moto.
 
 pub mod deliver;
 pub mod dispatch;
 pub mod error;
+#[cfg(any(test, feature = "fakes"))]
+pub mod fakes;
 pub mod ingest;
 pub mod messages;
 pub mod metrics;

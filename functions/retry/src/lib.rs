@@ -23,3 +23,47 @@ pub async fn handle<S: Store, Q: Queue>(
     };
     redrive(store, queue, &request, now).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookline_pipeline::fakes::{MemoryQueue, MemoryStore};
+
+    #[tokio::test]
+    async fn fixtures_parse_and_unknown_fields_are_rejected() {
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        queue.push_dlq("garbage".into());
+        let input: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/retry-dry-run.json")).unwrap();
+        let report = handle(&store, &queue, input, Utc::now()).await.unwrap();
+        assert_eq!(
+            (report.received, report.invalid, report.dry_run),
+            (1, 1, true)
+        );
+        let input: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/retry.json")).unwrap();
+        let report = handle(&store, &queue, input, Utc::now()).await.unwrap();
+        assert_eq!(report.invalid, 1, "an unreadable message stays in the DLQ");
+        let report = handle(&store, &queue, serde_json::Value::Null, Utc::now())
+            .await
+            .unwrap();
+        assert!(!report.dry_run);
+        let err = handle(
+            &store,
+            &queue,
+            serde_json::json!({"max_mesages": 1}),
+            Utc::now(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("max_mesages"), "{err}");
+        assert!(handle(
+            &store,
+            &queue,
+            serde_json::json!({"max_messages": 0}),
+            Utc::now()
+        )
+        .await
+        .is_err());
+    }
+}

@@ -1,0 +1,271 @@
+//! In-memory ports for unit tests. They keep the conditional semantics of the
+//! real ones (version and state guards) so handler logic is tested honestly;
+//! the AWS implementations are tested against moto in `tests/`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
+
+use crate::messages::DeliveryMessage;
+use crate::ports::*;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Debug, Default)]
+struct StoreState {
+    endpoints: HashMap<EndpointId, Endpoint>,
+    events: HashMap<EventId, StoredEvent>,
+    deliveries: HashMap<DeliveryId, Delivery>,
+    idempotency: HashMap<(AppId, String), IdempotencyRecord>,
+}
+
+/// An in-memory [`Store`].
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<StoreState>,
+}
+
+impl MemoryStore {
+    pub fn insert_delivery(&self, d: Delivery) {
+        lock(&self.state).deliveries.insert(d.id.clone(), d);
+    }
+
+    pub fn insert_event(&self, e: StoredEvent) {
+        lock(&self.state).events.insert(e.event.id.clone(), e);
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        lock(&self.state).deliveries.values().cloned().collect()
+    }
+}
+
+impl Store for MemoryStore {
+    async fn list_endpoints(&self, app: &AppId) -> Result<Vec<Endpoint>> {
+        Ok(lock(&self.state)
+            .endpoints
+            .values()
+            .filter(|e| &e.app_id == app)
+            .cloned()
+            .collect())
+    }
+    async fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>> {
+        Ok(lock(&self.state)
+            .endpoints
+            .get(id)
+            .filter(|e| &e.app_id == app)
+            .cloned())
+    }
+    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
+        lock(&self.state)
+            .endpoints
+            .insert(endpoint.id.clone(), endpoint.clone());
+        Ok(())
+    }
+    async fn disable_endpoint(
+        &self,
+        _app: &AppId,
+        id: &EndpointId,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if let Some(e) = lock(&self.state).endpoints.get_mut(id) {
+            e.disabled = true;
+            e.disabled_reason = Some(reason.to_owned());
+            e.updated_at = now;
+        }
+        Ok(())
+    }
+    async fn get_idempotency(&self, app: &AppId, key: &str) -> Result<Option<IdempotencyRecord>> {
+        Ok(lock(&self.state)
+            .idempotency
+            .get(&(app.clone(), key.to_owned()))
+            .cloned())
+    }
+    async fn commit_event(&self, new: &NewEvent) -> Result<CommitOutcome> {
+        let mut s = lock(&self.state);
+        if let Some(r) = &new.idempotency {
+            if let Some(existing) = s.idempotency.get(&(r.app_id.clone(), r.key.clone())) {
+                return Ok(CommitOutcome::IdempotencyKeyTaken(existing.clone()));
+            }
+            s.idempotency
+                .insert((r.app_id.clone(), r.key.clone()), r.clone());
+        }
+        s.events.insert(
+            new.event.id.clone(),
+            StoredEvent {
+                event: new.event.clone(),
+                fanout_remaining: new.fanout_remaining.clone(),
+                fanout_version: 0,
+            },
+        );
+        for d in &new.deliveries {
+            s.deliveries.insert(d.id.clone(), d.clone());
+        }
+        Ok(CommitOutcome::Committed)
+    }
+    async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
+        Ok(lock(&self.state).events.get(id).cloned())
+    }
+    async fn materialise_fanout(
+        &self,
+        event_id: &EventId,
+        version: u32,
+        deliveries: &[Delivery],
+        remaining: &[EndpointId],
+    ) -> Result<bool> {
+        let mut s = lock(&self.state);
+        let Some(event) = s.events.get_mut(event_id) else {
+            return Ok(false);
+        };
+        if event.fanout_version != version {
+            return Ok(false);
+        }
+        event.fanout_version += 1;
+        event.fanout_remaining = remaining.to_vec();
+        for d in deliveries {
+            s.deliveries
+                .entry(d.id.clone())
+                .or_insert_with(|| d.clone());
+        }
+        Ok(true)
+    }
+    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
+        Ok(lock(&self.state).deliveries.get(id).cloned())
+    }
+    async fn update_delivery(
+        &self,
+        delivery: &Delivery,
+        expected_status: DeliveryStatus,
+        expected_attempt_count: u32,
+    ) -> Result<bool> {
+        let mut s = lock(&self.state);
+        match s.deliveries.get_mut(&delivery.id) {
+            Some(d) if d.status == expected_status && d.attempt_count == expected_attempt_count => {
+                *d = delivery.clone();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// An in-memory [`Queue`]: records sends, serves a DLQ.
+#[derive(Debug, Default)]
+pub struct MemoryQueue {
+    pub sent: Mutex<Vec<(DeliveryMessage, i32)>>,
+    pub dlq: Mutex<Vec<(String, String)>>,
+    next_receipt: Mutex<u64>,
+}
+
+impl MemoryQueue {
+    pub fn sent(&self) -> Vec<(DeliveryMessage, i32)> {
+        lock(&self.sent).clone()
+    }
+    pub fn dlq_bodies(&self) -> Vec<String> {
+        lock(&self.dlq).iter().map(|(_, b)| b.clone()).collect()
+    }
+    pub fn push_dlq(&self, body: String) {
+        let mut n = lock(&self.next_receipt);
+        *n += 1;
+        lock(&self.dlq).push((format!("r{n}"), body));
+    }
+}
+
+impl Queue for MemoryQueue {
+    async fn send_deliveries(&self, messages: &[(DeliveryMessage, i32)]) -> Result<Vec<usize>> {
+        lock(&self.sent).extend(messages.iter().cloned());
+        Ok(Vec::new())
+    }
+    async fn send_to_dlq(&self, message: &DeliveryMessage) -> Result<()> {
+        self.push_dlq(message.to_json());
+        Ok(())
+    }
+    async fn receive_dlq(&self, max: i32, _visibility: Duration) -> Result<Vec<DlqEntry>> {
+        // A received message is hidden by prefixing its receipt handle with `h`
+        // until it is deleted or released.
+        let mut dlq = lock(&self.dlq);
+        let mut out = Vec::new();
+        for (receipt, body) in dlq.iter_mut() {
+            if out.len() >= usize::try_from(max).unwrap_or(0) {
+                break;
+            }
+            if !receipt.starts_with('h') {
+                receipt.insert(0, 'h');
+                out.push(DlqEntry {
+                    receipt_handle: receipt.clone(),
+                    body: body.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+    async fn delete_dlq(&self, receipt_handles: &[String]) -> Result<()> {
+        lock(&self.dlq).retain(|(r, _)| !receipt_handles.contains(r));
+        Ok(())
+    }
+    async fn release_dlq(&self, receipt_handles: &[String]) -> Result<()> {
+        for (r, _) in lock(&self.dlq).iter_mut() {
+            if receipt_handles.contains(r) {
+                r.remove(0);
+            }
+        }
+        Ok(())
+    }
+    async fn dlq_depth(&self) -> Result<u64> {
+        Ok(lock(&self.dlq).len() as u64)
+    }
+}
+
+/// A request the [`ScriptedSender`] saw: URL, headers, body.
+pub type SentRequest = (String, Vec<(String, String)>, Vec<u8>);
+
+/// A [`Sender`] answering from a script (then the fallback), recording requests.
+#[derive(Debug)]
+pub struct ScriptedSender {
+    script: Mutex<Vec<SendResult>>,
+    fallback: SendResult,
+    pub requests: Mutex<Vec<SentRequest>>,
+}
+
+impl ScriptedSender {
+    pub fn new(script: Vec<SendResult>, fallback: SendResult) -> Self {
+        Self {
+            script: Mutex::new(script.into_iter().rev().collect()),
+            fallback,
+            requests: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Answers `status` with no body.
+    pub fn status(status: u16) -> SendResult {
+        SendResult {
+            status: Some(status),
+            body_prefix: Some(Vec::new()),
+            latency: Duration::from_millis(5),
+            ..SendResult::default()
+        }
+    }
+}
+
+impl Sender for ScriptedSender {
+    async fn send(&self, request: OutgoingRequest<'_>) -> SendResult {
+        lock(&self.requests).push((
+            request.url.to_owned(),
+            request
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            request.body.to_vec(),
+        ));
+        lock(&self.script)
+            .pop()
+            .unwrap_or_else(|| self.fallback.clone())
+    }
+}
