@@ -693,12 +693,11 @@ impl QueueSource {
         }
     }
 
-    /// One receive (waiting up to `wait_secs` for messages) and one handler call.
-    pub async fn poll<F, Fut>(&self, wait_secs: i32, handler: F) -> Result<PollStats, LocalError>
-    where
-        F: FnOnce(SqsEvent) -> Fut,
-        Fut: Future<Output = SqsBatchResponse>,
-    {
+    /// Receives up to one batch (waiting up to `wait_secs`).
+    pub async fn receive(
+        &self,
+        wait_secs: i32,
+    ) -> Result<Vec<aws_sdk_sqs::types::Message>, LocalError> {
         let out = self
             .client
             .receive_message()
@@ -709,10 +708,11 @@ impl QueueSource {
             .send()
             .await
             .map_err(|e| aws_err("ReceiveMessage", e))?;
-        let messages = out.messages.unwrap_or_default();
-        if messages.is_empty() {
-            return Ok(PollStats::default());
-        }
+        Ok(out.messages.unwrap_or_default())
+    }
+
+    /// The Lambda SQS event (JSON) for received messages.
+    pub fn event_json(&self, messages: &[aws_sdk_sqs::types::Message]) -> Value {
         let records: Vec<Value> = messages
             .iter()
             .map(|m| {
@@ -737,19 +737,15 @@ impl QueueSource {
                 })
             })
             .collect();
-        let event: SqsEvent = serde_json::from_value(json!({"Records": records}))
-            .map_err(|e| LocalError::Aws(format!("building the SQS event: {e}")))?;
-        let response = handler(event).await;
-        let failed: Vec<&str> = response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.as_str())
-            .collect();
-        let done: Vec<_> = messages
-            .iter()
-            .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
-            .collect();
-        for chunk in done.chunks(10) {
+        json!({"Records": records})
+    }
+
+    /// Deletes handled messages (what Lambda does after a successful batch).
+    pub async fn delete(
+        &self,
+        messages: &[&aws_sdk_sqs::types::Message],
+    ) -> Result<(), LocalError> {
+        for chunk in messages.chunks(10) {
             let entries = chunk
                 .iter()
                 .enumerate()
@@ -769,6 +765,33 @@ impl QueueSource {
                 .await
                 .map_err(|e| aws_err("DeleteMessageBatch", e))?;
         }
+        Ok(())
+    }
+
+    /// One receive (waiting up to `wait_secs` for messages) and one handler
+    /// call; messages not reported as failures are deleted.
+    pub async fn poll<F, Fut>(&self, wait_secs: i32, handler: F) -> Result<PollStats, LocalError>
+    where
+        F: FnOnce(SqsEvent) -> Fut,
+        Fut: Future<Output = SqsBatchResponse>,
+    {
+        let messages = self.receive(wait_secs).await?;
+        if messages.is_empty() {
+            return Ok(PollStats::default());
+        }
+        let event: SqsEvent = serde_json::from_value(self.event_json(&messages))
+            .map_err(|e| LocalError::Aws(format!("building the SQS event: {e}")))?;
+        let response = handler(event).await;
+        let failed: Vec<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        let done: Vec<&aws_sdk_sqs::types::Message> = messages
+            .iter()
+            .filter(|m| !failed.contains(&m.message_id().unwrap_or_default()))
+            .collect();
+        self.delete(&done).await?;
         Ok(PollStats {
             records: messages.len(),
             delivered: done.len(),

@@ -284,6 +284,43 @@ impl LocalStack {
         }
     }
 
+    /// The dispatch function's next input: new stream records matching its
+    /// filters, as one Lambda DynamoDB event (JSON). Advances (and persists)
+    /// the checkpoint. For `sam local invoke` of the real function.
+    pub async fn next_stream_event(&self) -> Result<Value, LocalError> {
+        let captured = std::sync::Mutex::new(Vec::<Value>::new());
+        {
+            let mut source = self.stream.lock().await;
+            source
+                .poll(|event| {
+                    let records = serde_json::to_value(&event)
+                        .ok()
+                        .and_then(|v| v.get("Records").cloned());
+                    if let Some(Value::Array(records)) = records {
+                        captured
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .extend(records);
+                    }
+                    async { Default::default() }
+                })
+                .await?;
+            if let Some(path) = &self.checkpoint_file {
+                let _ = std::fs::write(path, source.checkpoints_json());
+            }
+        }
+        let records = captured.into_inner().unwrap_or_else(|p| p.into_inner());
+        Ok(serde_json::json!({"Records": records}))
+    }
+
+    /// The deliver function's next input: one receive from the queue as a
+    /// Lambda SQS event (JSON). The messages stay hidden for the visibility
+    /// timeout; nothing deletes them (the invoked function's result decides).
+    pub async fn next_queue_event(&self, wait_secs: i32) -> Result<Value, LocalError> {
+        let messages = self.queue_source.receive(wait_secs).await?;
+        Ok(self.queue_source.event_json(&messages))
+    }
+
     pub async fn delivery(&self, id: &str) -> Option<Delivery> {
         let id = DeliveryId::parse(id).ok()?;
         self.store.get_delivery(&id).await.ok().flatten()

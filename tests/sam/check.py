@@ -1,0 +1,93 @@
+"""Assertions of the sam local test, on function outputs and on moto's state.
+
+Usage: python check.py COMMAND ARGS...   (exits non-zero with a message on failure)
+"""
+
+import json
+import sys
+
+import boto3
+
+
+def last_json(path):
+    """The function result: the last stdout line that parses as JSON."""
+    for line in reversed(open(path, encoding="utf-8").read().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    sys.exit(f"no JSON result in {path}")
+
+
+def client(kind, endpoint):
+    return boto3.client(kind, endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="local", aws_secret_access_key="local")
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "http":  # OUT STATUS [FIELD] -> prints FIELD of the JSON body
+        result = last_json(args[0])
+        status = result.get("statusCode")
+        if str(status) != args[1]:
+            sys.exit(f"expected HTTP {args[1]}, got {status}: {result}")
+        body = json.loads(result.get("body") or "null")
+        if len(args) > 2:
+            value = body
+            for part in args[2].split("."):
+                value = value[int(part)] if isinstance(value, list) else value[part]
+            print(value)
+    elif cmd == "no-failures":  # OUT
+        result = last_json(args[0])
+        if result.get("batchItemFailures"):
+            sys.exit(f"batch item failures: {result}")
+    elif cmd == "field":  # OUT KEY EXPECTED
+        result = last_json(args[0])
+        if str(result.get(args[1])) != args[2]:
+            sys.exit(f"expected {args[1]}={args[2]}: {result}")
+    elif cmd == "items":  # ENDPOINT TABLE KIND MIN
+        ddb = client("dynamodb", args[0])
+        items = ddb.scan(TableName=args[1])["Items"]
+        n = sum(1 for i in items if i.get("kind", {}).get("S") == args[2])
+        if n < int(args[3]):
+            sys.exit(f"expected >= {args[3]} {args[2]} items, found {n}")
+        print(n)
+    elif cmd == "status":  # ENDPOINT TABLE DELIVERY_ID EXPECTED
+        ddb = client("dynamodb", args[0])
+        item = ddb.get_item(TableName=args[1], Key={"PK": {"S": "DLV#" + args[2]}, "SK": {"S": "DLV"}}).get("Item")
+        status = item and item["status"]["S"]
+        if status != args[3]:
+            sys.exit(f"delivery {args[2]}: expected {args[3]}, got {status}")
+    elif cmd == "queue-depth":  # ENDPOINT QUEUE_URL EXPECTED_MIN [EXPECTED_MAX]
+        sqs = client("sqs", args[0])
+        attrs = sqs.get_queue_attributes(QueueUrl=args[1], AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        n = int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+        hi = int(args[3]) if len(args) > 3 else 1 << 30
+        if not (int(args[2]) <= n <= hi):
+            sys.exit(f"queue {args[1]}: {n} messages, expected {args[2]}..{hi}")
+        print(n)
+    elif cmd == "dlq-copy":  # ENDPOINT DLQ_URL DELIVERY_ID ENDPOINT_ID
+        sqs = client("sqs", args[0])
+        body = {"delivery_id": args[2], "attempt": 1, "not_before": "2026-01-01T00:00:00Z", "app_id": "demo", "endpoint_id": args[3], "event_type": "order.paid", "failure": "HTTP 503"}
+        sqs.send_message(QueueUrl=args[1], MessageBody=json.dumps(body))
+    elif cmd == "purge":  # ENDPOINT QUEUE_URL
+        client("sqs", args[0]).purge_queue(QueueUrl=args[1])
+    elif cmd == "records":  # EVENT_FILE MIN
+        n = len(json.load(open(args[0]))["Records"])
+        if n < int(args[1]):
+            sys.exit(f"{args[0]}: {n} records, expected >= {args[1]}")
+        print(n)
+    elif cmd == "received":  # JSONL MIN
+        lines = [json.loads(l) for l in open(args[0], encoding="utf-8") if l.strip()]
+        if len(lines) < int(args[1]):
+            sys.exit(f"receiver got {len(lines)} requests, expected >= {args[1]}")
+        last = lines[-1]
+        json.dump(last["headers"], open(args[0] + ".headers.json", "w"))
+        open(args[0] + ".body", "w", encoding="utf-8").write(last["body"])
+        print(len(lines))
+    else:
+        sys.exit(f"unknown check {cmd}")
+
+
+main()
