@@ -15,6 +15,11 @@ pub struct Moto {
     pub port: u16,
 }
 
+/// Installs moto into `.venv/moto` if it is not there yet.
+pub fn ensure_installed() {
+    let _ = moto_binary();
+}
+
 fn moto_binary() -> PathBuf {
     if let Ok(path) = std::env::var("MOTO_SERVER") {
         return PathBuf::from(path);

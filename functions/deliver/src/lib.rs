@@ -166,6 +166,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_message_not_yet_due_is_requeued_with_the_remaining_delay() {
+        let deliverer = Deliverer::new(
+            seeded().await,
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(200)),
+            settings(),
+        );
+        let mut event = fixture();
+        let mut message: serde_json::Value =
+            serde_json::from_str(event.records[0].body.as_deref().unwrap()).unwrap();
+        let due = Utc::now() + chrono::Duration::seconds(2000);
+        message["not_before"] = serde_json::json!(due);
+        event.records[0].body = Some(message.to_string());
+        assert!(handle(&deliverer, event)
+            .await
+            .batch_item_failures
+            .is_empty());
+        assert!(
+            deliverer.sender.requests.lock().unwrap().is_empty(),
+            "nothing sent before it is due"
+        );
+        let sent = deliverer.queue.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].1, 900, "hops of at most 900 s");
+        assert_eq!(sent[0].0.not_before, due);
+    }
+
+    #[tokio::test]
+    async fn gone_fails_at_once_and_disables_the_endpoint() {
+        let deliverer = Deliverer::new(
+            seeded().await,
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(410)),
+            settings(),
+        );
+        assert!(handle(&deliverer, fixture())
+            .await
+            .batch_item_failures
+            .is_empty());
+        let d = &deliverer.store.deliveries()[0];
+        assert_eq!((d.status, d.attempt_count), (DeliveryStatus::Failed, 1));
+        assert_eq!(deliverer.queue.dlq_bodies().len(), 1);
+        let app = AppId::parse("demo").unwrap();
+        let endpoints = hookline_pipeline::ports::Store::list_endpoints(&deliverer.store, &app)
+            .await
+            .unwrap();
+        assert!(endpoints[0].disabled);
+        assert_eq!(
+            endpoints[0].disabled_reason.as_deref(),
+            Some("endpoint answered 410 Gone")
+        );
+    }
+
+    #[tokio::test]
     async fn unreadable_message_is_reported_as_a_batch_item_failure() {
         let deliverer = Deliverer::new(
             seeded().await,

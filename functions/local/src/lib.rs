@@ -1,11 +1,18 @@
 //! The pipeline on one machine: moto as AWS, the four functions' handlers
 //! in-process, fed exactly as Lambda would feed them.
 //!
+//! - [`server`]: the local API Gateway (HTTP on loopback -> API Gateway v2
+//!   events -> the ingest handler).
+//! - [`demo`]: healthy / flaky / dead receivers built on the receiver kit, a
+//!   scripted run with live progress, DLQ redrive and a summary.
 //! - [`LocalStack`]: creates the template's resources on an endpoint (moto),
 //!   builds the handlers from `WEBHOOKS_*` settings, and runs the local event
 //!   sources: [`LocalStack::pump`] once, or [`LocalStack::run_pollers`] until
 //!   told to stop. [`LocalStack::call`] sends an API request through the
 //!   ingest handler as an API Gateway v2 event.
+
+pub mod demo;
+pub mod server;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -367,4 +374,44 @@ pub fn webhooks_env() -> HashMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| k.starts_with("WEBHOOKS_"))
         .collect()
+}
+
+/// Starts moto (`.venv/moto/bin/moto_server` under `root`, or `$MOTO_SERVER`)
+/// on a free loopback port; returns the child (kill it to stop) and its URL.
+pub fn start_moto(root: &std::path::Path) -> Result<(std::process::Child, String), String> {
+    let bin = std::env::var("MOTO_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join(".venv/moto/bin/moto_server"));
+    if !bin.exists() {
+        return Err(format!(
+            "{} not found: run infra/local/up (it installs moto into .venv/moto)",
+            bin.display()
+        ));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let mut child = std::process::Command::new(&bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect_timeout(
+            &([127, 0, 0, 1], port).into(),
+            Duration::from_millis(200),
+        )
+        .is_ok()
+        {
+            return Ok((child, format!("http://127.0.0.1:{port}")));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(format!("moto did not start on port {port}"))
 }

@@ -53,6 +53,23 @@ impl Target {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The whole stack: moto, the API on 127.0.0.1:PORT, the event sources.
+    /// Runs until Ctrl-C, or with `--demo` runs the demo and exits.
+    Up {
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+        /// Use this AWS endpoint instead of starting moto.
+        #[arg(long)]
+        endpoint_url: Option<String>,
+        #[arg(long)]
+        template: Option<PathBuf>,
+        /// Run the demo (healthy, flaky and dead receivers), print a summary, exit.
+        #[arg(long)]
+        demo: bool,
+        /// Events the demo sends.
+        #[arg(long, default_value_t = 5)]
+        demo_events: usize,
+    },
     /// Create the template's resources; print their names as JSON.
     Setup {
         #[command(flatten)]
@@ -85,6 +102,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _ = writeln!(std::io::stdout(), "{v}");
     };
     match Cli::parse().command {
+        Command::Up {
+            port,
+            endpoint_url,
+            template,
+            demo,
+            demo_events,
+        } => {
+            let template = template
+                .or_else(find_template)
+                .ok_or("template.yaml not found; pass --template")?;
+            let root = template.parent().map(PathBuf::from).unwrap_or_default();
+            let mut moto = None;
+            let endpoint_url = match endpoint_url {
+                Some(url) => url,
+                None => {
+                    let (child, url) = hookline_local::start_moto(&root)?;
+                    moto = Some(child);
+                    url
+                }
+            };
+            let result = up(&endpoint_url, &template, port, demo, demo_events).await;
+            if let Some(mut child) = moto {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            match result {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("the demo did not account for every delivery".into()),
+                Err(e) => Err(e),
+            }
+        }
         Command::Setup { target } => {
             let stack = target.stack(String::new()).await?;
             print(serde_json::json!({
@@ -113,5 +161,110 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             stack.run_pollers(rx).await;
             Ok(())
         }
+    }
+}
+
+/// Runs the stack; returns whether the demo (if any) succeeded.
+async fn up(
+    endpoint_url: &str,
+    template: &std::path::Path,
+    port: u16,
+    demo: bool,
+    demo_events: usize,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let mut env = webhooks_env();
+    env.entry("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS".into())
+        .or_insert_with(|| "true".into());
+    if demo {
+        env.entry("WEBHOOKS_RETRY_SCHEDULE".into())
+            .or_insert_with(|| "1s,2s,4s".into());
+        env.entry("WEBHOOKS_DELIVERY_TIMEOUT".into())
+            .or_insert_with(|| "5s".into());
+    }
+    let admin_key = match env.get("WEBHOOKS_ADMIN_KEY").filter(|k| !k.is_empty()) {
+        Some(k) => k.clone(),
+        None => hookline_core::signing::Secret::generate(&mut rand::thread_rng())
+            .expose()
+            .replace("whsec_", "hk_")
+            .replace(['+', '/', '='], ""),
+    };
+    let stack = std::sync::Arc::new(
+        LocalStack::start(LocalConfig {
+            endpoint_url: endpoint_url.to_owned(),
+            template: template.to_path_buf(),
+            prefix: "hookline-".into(),
+            env,
+            admin_key: admin_key.clone(),
+            checkpoint_file: None,
+        })
+        .await?,
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (addr, server) = hookline_local::server::serve(
+        stack.clone(),
+        ([127, 0, 0, 1], port).into(),
+        stop_rx.clone(),
+    )
+    .await?;
+    let pollers = {
+        let stack = stack.clone();
+        let rx = stop_rx.clone();
+        tokio::spawn(async move { stack.run_pollers(rx).await })
+    };
+    let api = format!("http://{addr}");
+    {
+        use std::io::Write;
+        let mut o = std::io::stdout();
+        let _ = writeln!(o, "hookline local stack");
+        let _ = writeln!(
+            o,
+            "  API        {api}   (Authorization: Bearer <admin key>)"
+        );
+        let _ = writeln!(o, "  admin key  {admin_key}");
+        let _ = writeln!(o, "  AWS        {endpoint_url} (moto)");
+        let _ = writeln!(
+            o,
+            "  retry      {:?}, {} attempts",
+            stack.settings.retry.schedule, stack.settings.retry.max_attempts
+        );
+    }
+    let outcome = if demo {
+        hookline_local::demo::run(
+            &api,
+            &admin_key,
+            demo_events,
+            std::time::Duration::from_secs(120),
+        )
+        .await?
+    } else {
+        wait_for_shutdown().await;
+        true
+    };
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    let _ = pollers.await;
+    Ok(outcome)
+}
+
+async fn wait_for_shutdown() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
     }
 }
