@@ -135,11 +135,13 @@ async fn sigkilled_worker_loses_nothing() {
 
     let lost = expected - delivered;
     let duplicates = receiver.duplicates();
-    println!(
+    let figures = format!(
         "crash test: events accepted {EVENTS}, deliveries expected {expected}, SIGKILLs {kills}, delivered before drain {delivered_before_drain}, \
          delivered {delivered}, lost {lost}, receiver unique {}, duplicates {duplicates}",
         receiver.unique_accepted()
     );
+    println!("{figures}");
+    hookline_tests::record_figures("crash", &figures);
     assert_eq!(lost, 0, "deliveries lost");
     assert_eq!(
         receiver.unique_accepted(),

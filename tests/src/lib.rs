@@ -15,3 +15,21 @@ pub mod stack;
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
+
+/// Appends a line of measured figures to `target/test-figures/<name>.txt`;
+/// `tests/run` prints them after the suite (passing tests' output is hidden).
+pub fn record_figures(name: &str, line: &str) {
+    use std::io::Write;
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| workspace_root().join("target"));
+    let dir = target.join("test-figures");
+    let _ = std::fs::create_dir_all(&dir);
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.txt")))
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}

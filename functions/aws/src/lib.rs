@@ -10,6 +10,7 @@
 //!   transaction (business write and webhook commit together).
 //! - [`local`]: the local event-source poller (stream -> dispatch, queue ->
 //!   deliver) that stands in for Lambda's event source mappings offline.
+//! - [`seen`]: [`seen::DynamoSeenStore`], the receiver kit's seen store on DynamoDB.
 //! - [`error`]: SDK errors -> `PipelineError` with retryability.
 
 pub mod clients;
@@ -18,6 +19,7 @@ pub mod local;
 pub mod outbox;
 pub mod queue;
 pub mod schema;
+pub mod seen;
 pub mod store;
 
 pub use queue::SqsQueue;

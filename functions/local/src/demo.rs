@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use hookline_verify::{
-    process_once, MemorySeenStore, Processed, Verifier, DEFAULT_CLAIM_LEASE, DEFAULT_PROCESSED_TTL,
-};
+use hookline_verify::{MemorySeenStore, Receiver, Verifier};
 use serde_json::{json, Value};
 
 /// How a demo receiver behaves.
@@ -27,10 +25,9 @@ pub enum Behaviour {
     Dead,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ReceiverState {
-    secret: Mutex<Option<String>>,
-    seen: MemorySeenStore,
+    kit: Mutex<Option<Arc<Receiver<MemorySeenStore>>>>,
     fixed: AtomicBool,
     attempts_per_id: Mutex<BTreeMap<String, usize>>,
     requests: AtomicUsize,
@@ -58,55 +55,58 @@ async fn receive(
     body: Bytes,
 ) -> (StatusCode, String) {
     state.requests.fetch_add(1, Ordering::SeqCst);
-    let secret = lock(&state.secret).clone().unwrap_or_default();
-    let verified = match Verifier::new(&secret).and_then(|v| v.verify(&headers, &body)) {
-        Ok(v) => v,
-        Err(err) => {
-            state.bad_signatures.fetch_add(1, Ordering::SeqCst);
-            return (StatusCode::UNAUTHORIZED, err.to_string());
-        }
+    let Some(kit) = lock(&state.kit).clone() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no secret yet".into());
     };
-    let id = verified.message_id.unwrap_or_default();
-    let n = {
-        let mut map = lock(&state.attempts_per_id);
-        let n = map.entry(id.clone()).or_insert(0);
-        *n += 1;
-        *n
-    };
-    let fail = match behaviour {
-        Behaviour::Healthy => false,
-        Behaviour::Flaky => n <= 2,
-        Behaviour::Dead => !state.fixed.load(Ordering::SeqCst),
-    };
-    if fail {
-        return (StatusCode::SERVICE_UNAVAILABLE, "try later".into());
+    // The receiver kit: verify, process once per webhook-id, 2xx only after
+    // the processing succeeded, 5xx (not marked) when it failed.
+    let reply = kit
+        .handle(&headers, &body, |verified| {
+            let state = state.clone();
+            async move {
+                let id = verified.message_id.unwrap_or_default();
+                let n = {
+                    let mut map = lock(&state.attempts_per_id);
+                    let n = map.entry(id).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                let fail = match behaviour {
+                    Behaviour::Healthy => false,
+                    Behaviour::Flaky => n <= 2,
+                    Behaviour::Dead => !state.fixed.load(Ordering::SeqCst),
+                };
+                if fail {
+                    return Err("the demo's processing failed");
+                }
+                state.processed.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .await;
+    if reply.status == 401 {
+        state.bad_signatures.fetch_add(1, Ordering::SeqCst);
     }
-    // The seed's receiver: process once per webhook-id, 2xx only after success.
-    let outcome = process_once(
-        &state.seen,
-        &id,
-        DEFAULT_CLAIM_LEASE,
-        DEFAULT_PROCESSED_TTL,
-        || async { Ok::<_, String>(()) },
+    if reply.message == "already processed" {
+        state.duplicates.fetch_add(1, Ordering::SeqCst);
+    }
+    (
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        reply.message,
     )
-    .await;
-    match outcome {
-        Ok(Processed::Done(())) => {
-            state.processed.fetch_add(1, Ordering::SeqCst);
-            (StatusCode::OK, "processed".into())
-        }
-        Ok(Processed::Duplicate) => {
-            state.duplicates.fetch_add(1, Ordering::SeqCst);
-            (StatusCode::OK, "already processed".into())
-        }
-        Ok(Processed::InProgress) => (StatusCode::CONFLICT, "in progress".into()),
-        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
-    }
 }
 
 impl DemoReceiver {
     pub async fn start(name: &'static str, behaviour: Behaviour) -> std::io::Result<Self> {
-        let state = Arc::new(ReceiverState::default());
+        let state = Arc::new(ReceiverState {
+            kit: Mutex::new(None),
+            fixed: AtomicBool::new(false),
+            attempts_per_id: Mutex::new(BTreeMap::new()),
+            requests: AtomicUsize::new(0),
+            bad_signatures: AtomicUsize::new(0),
+            processed: AtomicUsize::new(0),
+            duplicates: AtomicUsize::new(0),
+        });
         let app = axum::Router::new()
             .fallback(receive)
             .with_state((behaviour, state.clone()));
@@ -123,8 +123,11 @@ impl DemoReceiver {
         })
     }
 
-    pub fn set_secret(&self, secret: &str) {
-        *lock(&self.state.secret) = Some(secret.to_owned());
+    /// Arms the receiver kit with the endpoint's secret.
+    pub fn set_secret(&self, secret: &str) -> Result<(), hookline_verify::VerifyError> {
+        let kit = Receiver::new(Verifier::new(secret)?, MemorySeenStore::new());
+        *lock(&self.state.kit) = Some(Arc::new(kit));
+        Ok(())
     }
 
     pub fn fix(&self) {
@@ -178,7 +181,7 @@ pub async fn run(
                 format!("creating the {} endpoint answered {status}: {body}", r.name).into(),
             );
         }
-        r.set_secret(body["secret"].as_str().unwrap_or_default());
+        r.set_secret(body["secret"].as_str().unwrap_or_default())?;
         endpoint_names.insert(body["id"].as_str().unwrap_or_default().to_owned(), r.name);
         out(&format!(
             "endpoint {:<8} {} -> {}",

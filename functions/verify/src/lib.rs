@@ -10,6 +10,9 @@
 //! - [`seen`]: receiver idempotency: a [`SeenStore`] trait (claim / mark / release
 //!   with TTLs), an in-memory store, and [`process_once`] which ties them to
 //!   your processing function.
+//! - [`receiver`]: [`Receiver`] ties verification, a seen store and your
+//!   processing function together (401 / 200 / 409 / 500 semantics), with
+//!   `axum` and `lambda_http` adapters behind features.
 //! - [`error`]: [`VerifyError`], one typed error per way a delivery can be rejected.
 //!
 //! ```
@@ -29,12 +32,14 @@
 
 pub mod error;
 pub mod headers;
+pub mod receiver;
 pub mod scheme;
 pub mod seen;
 pub mod verifier;
 
 pub use error::VerifyError;
 pub use headers::Headers;
+pub use receiver::{Receiver, Reply};
 pub use seen::{
     process_once, Claim, MemorySeenStore, ProcessError, Processed, SeenStore, SeenStoreError,
     DEFAULT_CLAIM_LEASE, DEFAULT_PROCESSED_TTL,

@@ -1,0 +1,260 @@
+//! [`Receiver`]: verification + process-once + your processing function, with
+//! the source article's semantics:
+//!
+//! | situation | answer | processed? |
+//! |---|---|---|
+//! | bad / missing / stale signature | 401 | no |
+//! | already processed (`webhook-id` seen) | 200 | not again |
+//! | another copy is being processed right now | 409 (sender retries) | not twice |
+//! | processing failed | 500 (sender retries); the id is **not** marked | attempted |
+//! | processing succeeded | 200, after the id is marked for the TTL (7 days) | once |
+//!
+//! Adapters: with feature `axum`, [`Reply`] is an `IntoResponse`; with feature
+//! `lambda`, [`Receiver::handle_lambda`] takes a `lambda_http::Request`.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::seen::{
+    process_once, ProcessError, Processed, SeenStore, DEFAULT_CLAIM_LEASE, DEFAULT_PROCESSED_TTL,
+};
+use crate::{Headers, Verified, Verifier};
+
+/// What to answer the sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub message: String,
+}
+
+impl Reply {
+    fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// Whether the sender will consider the delivery done.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// Verifies, deduplicates and processes webhooks.
+#[derive(Debug)]
+pub struct Receiver<S> {
+    verifier: Verifier,
+    store: S,
+    lease: Duration,
+    ttl: Duration,
+}
+
+impl<S: SeenStore> Receiver<S> {
+    pub fn new(verifier: Verifier, store: S) -> Self {
+        Self {
+            verifier,
+            store,
+            lease: DEFAULT_CLAIM_LEASE,
+            ttl: DEFAULT_PROCESSED_TTL,
+        }
+    }
+
+    /// How long processed ids are remembered (default 7 days).
+    pub fn processed_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long an in-progress claim blocks copies (default 60 s).
+    pub fn claim_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Handles one delivery: `process` runs at most once per message id
+    /// (successfully), and only for correctly signed requests.
+    pub async fn handle<H, F, Fut, E>(&self, headers: &H, body: &[u8], process: F) -> Reply
+    where
+        H: Headers + ?Sized,
+        F: FnOnce(Verified) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        let verified = match self.verifier.verify(headers, body) {
+            Ok(v) => v,
+            Err(err) => return Reply::new(401, err.to_string()),
+        };
+        let Some(id) = verified.message_id.clone().filter(|id| !id.is_empty()) else {
+            return Reply::new(
+                400,
+                "no message id (webhook-id / X-Webhook-ID) to deduplicate on",
+            );
+        };
+        match process_once(&self.store, &id, self.lease, self.ttl, || process(verified)).await {
+            Ok(Processed::Done(())) => Reply::new(200, "processed"),
+            Ok(Processed::Duplicate) => Reply::new(200, "already processed"),
+            Ok(Processed::InProgress) => Reply::new(409, "being processed; retry later"),
+            Err(ProcessError::Handler(err)) => Reply::new(500, format!("processing failed: {err}")),
+            Err(ProcessError::Store(err)) => Reply::new(503, format!("{err}")),
+        }
+    }
+
+    /// The `lambda_http` adapter: handles a request, answers a response.
+    #[cfg(feature = "lambda")]
+    pub async fn handle_lambda<F, Fut, E>(
+        &self,
+        request: &lambda_http::Request,
+        process: F,
+    ) -> lambda_http::Response<lambda_http::Body>
+    where
+        F: FnOnce(Verified) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        let body: &[u8] = request.body().as_ref();
+        self.handle(request.headers(), body, process).await.into()
+    }
+}
+
+#[cfg(feature = "lambda")]
+impl From<Reply> for lambda_http::Response<lambda_http::Body> {
+    fn from(reply: Reply) -> Self {
+        let mut response = lambda_http::Response::new(lambda_http::Body::Text(reply.message));
+        *response.status_mut() = lambda_http::http::StatusCode::from_u16(reply.status)
+            .unwrap_or(lambda_http::http::StatusCode::INTERNAL_SERVER_ERROR);
+        response
+    }
+}
+
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for Reply {
+    fn into_response(self) -> axum::response::Response {
+        let status = axum::http::StatusCode::from_u16(self.status)
+            .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        (status, self.message).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheme::standard;
+    use crate::MemorySeenStore;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn signed(id: &str, body: &[u8]) -> Vec<(String, String)> {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let sig = standard::signature(&standard::decode_secret(SECRET).unwrap(), id, ts, body);
+        vec![
+            ("webhook-id".into(), id.into()),
+            ("webhook-timestamp".into(), ts.to_string()),
+            ("webhook-signature".into(), standard::header_value(&[sig])),
+        ]
+    }
+
+    fn receiver() -> Receiver<MemorySeenStore> {
+        Receiver::new(Verifier::new(SECRET).unwrap(), MemorySeenStore::new())
+    }
+
+    #[tokio::test]
+    async fn duplicates_are_processed_once() {
+        let r = receiver();
+        let runs = AtomicUsize::new(0);
+        let h = signed("msg_1", b"{}");
+        for _ in 0..3 {
+            let reply = r
+                .handle(&h, b"{}", |_| async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>(())
+                })
+                .await;
+            assert_eq!(reply.status, 200);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn concurrent_duplicates_do_not_both_process() {
+        let r = Arc::new(receiver());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let h = Arc::new(signed("msg_c", b"{}"));
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (r, runs, h) = (r.clone(), runs.clone(), h.clone());
+            tasks.push(tokio::spawn(async move {
+                r.handle(&*h, b"{}", |_| async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok::<_, String>(())
+                })
+                .await
+            }));
+        }
+        let mut statuses = Vec::new();
+        for t in tasks {
+            statuses.push(t.await.unwrap().status);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(
+            statuses.iter().all(|s| *s == 200 || *s == 409),
+            "{statuses:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn failing_processor_gets_retried_then_succeeds_once() {
+        let r = receiver();
+        let h = signed("msg_f", b"{}");
+        let reply = r
+            .handle(&h, b"{}", |_| async { Err::<(), _>("database down") })
+            .await;
+        assert_eq!(reply.status, 500);
+        let runs = AtomicUsize::new(0);
+        for _ in 0..2 {
+            let reply = r
+                .handle(&h, b"{}", |_| async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>(())
+                })
+                .await;
+            assert_eq!(reply.status, 200);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn bad_signatures_get_401_and_nothing_is_processed() {
+        let r = receiver();
+        let runs = AtomicUsize::new(0);
+        let mut h = signed("msg_b", b"{}");
+        h[2].1 = "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".into();
+        let none: Vec<(String, String)> = vec![];
+        for (headers, body) in [
+            (&h, &b"{}"[..]),
+            (&signed("msg_b", b"{}"), &b"{ }"[..]),
+            (&none, &b"{}"[..]),
+        ] {
+            let reply = r
+                .handle(headers, body, |_| async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>(())
+                })
+                .await;
+            assert_eq!(reply.status, 401, "{reply:?}");
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        assert!(r.store().is_empty());
+    }
+}
