@@ -47,11 +47,11 @@ echo "== cfn-lint"
 ok "cfn-lint: no errors or warnings"
 
 echo "== sam build (x86_64, debug profile for local invokes)"
-SAM_BUILD_MODE=debug sam build --parameter-overrides Architecture=x86_64 --build-dir .aws-sam/build >"$work/build.log" 2>&1 || { tail -50 "$work/build.log"; exit 1; }
-for f in IngestFunction DispatchFunction DeliverFunction RetryFunction; do
+SAM_BUILD_MODE=debug sam build --parameter-overrides Architecture=x86_64 DeployExampleReceiver=true --build-dir .aws-sam/build >"$work/build.log" 2>&1 || { tail -50 "$work/build.log"; exit 1; }
+for f in IngestFunction DispatchFunction DeliverFunction RetryFunction ExampleReceiverFunction; do
   test -x ".aws-sam/build/$f/bootstrap" || { echo "no bootstrap for $f"; exit 1; }
 done
-ok "sam build: 4 bootstrap binaries"
+ok "sam build: 5 bootstrap binaries"
 
 # The shared base image is a Debian minbase rootfs without CA certificates (the
 # real provided.al2023 image has them, and the SDK's TLS setup requires some):
@@ -87,7 +87,7 @@ sed "s#127.0.0.1:5000#127.0.0.1:$port#g" events/env.local.json > "$work/env.json
 
 invoke() { # FUNCTION EVENT_FILE OUT
   PYTHONPATH="$root/tests/sam/hostnet" sam local invoke "$1" -e "$2" --template .aws-sam/build/template.yaml --env-vars "$work/env.json" \
-    --parameter-overrides Architecture=x86_64 \
+    --parameter-overrides Architecture=x86_64 DeployExampleReceiver=true \
     --skip-pull-image --invoke-image "$invoke_image" --docker-network host \
     >"$3" 2>"$3.err" || { echo "sam local invoke $1 failed"; tail -30 "$3.err"; cat "$3"; exit 1; }
 }
@@ -154,5 +154,20 @@ invoke RetryFunction events/retry.json "$work/r2.out"
 check field "$work/r2.out" already_delivered 1
 check queue-depth "$moto" "$dlq" 0 0 >/dev/null
 ok "retry: dry run counts, real run drains the DLQ"
+
+echo "== ExampleReceiverFunction (receiver kit)"
+receiver_secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ExampleReceiverFunction"]["WEBHOOKS_RECEIVER_SECRETS"])' events/env.local.json)
+check body events/receiver-webhook.json "$work/rbody.json"
+"${CARGO_TARGET_DIR:-$root/target}/debug/hookline" sign --secret "$receiver_secret" --id msg_01m8vgw5r0fd5bkndpb8a897m8 --body-file "$work/rbody.json" > "$work/rheaders.json"
+check resign events/receiver-webhook.json "$work/rheaders.json" "$work/receiver.json"
+invoke ExampleReceiverFunction "$work/receiver.json" "$work/rec1.out"
+check http "$work/rec1.out" 200 "=processed"
+invoke ExampleReceiverFunction "$work/receiver.json" "$work/rec2.out"
+check http "$work/rec2.out" 200 "=already processed"
+check seen "$moto" hookline-ReceiverSeenTable msg_01m8vgw5r0fd5bkndpb8a897m8
+check resign events/receiver-webhook.json "$work/rheaders.json" "$work/tampered.json" tamper
+invoke ExampleReceiverFunction "$work/tampered.json" "$work/rec3.out"
+check http "$work/rec3.out" 401
+ok "example receiver: signed -> 200 processed, again -> 200 already processed, tampered -> 401"
 
 echo "sam local: $passed passed, 0 failed"

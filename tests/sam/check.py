@@ -32,9 +32,11 @@ def main():
         status = result.get("statusCode")
         if str(status) != args[1]:
             sys.exit(f"expected HTTP {args[1]}, got {status}: {result}")
-        body = json.loads(result.get("body") or "null")
-        if len(args) > 2:
-            value = body
+        if len(args) > 2 and args[2].startswith("="):  # a plain-text body is expected
+            if result.get("body") != args[2][1:]:
+                sys.exit(f"expected body {args[2][1:]!r}: {result}")
+        elif len(args) > 2:
+            value = json.loads(result.get("body") or "null")
             for part in args[2].split("."):
                 value = value[int(part)] if isinstance(value, list) else value[part]
             print(value)
@@ -71,6 +73,19 @@ def main():
         sqs = client("sqs", args[0])
         body = {"delivery_id": args[2], "attempt": 1, "not_before": "2026-01-01T00:00:00Z", "app_id": "demo", "endpoint_id": args[3], "event_type": "order.paid", "failure": "HTTP 503"}
         sqs.send_message(QueueUrl=args[1], MessageBody=json.dumps(body))
+    elif cmd == "resign":  # EVENT HEADERS_JSON OUT [TAMPER]: put fresh signed headers into the event
+        event = json.load(open(args[0]))
+        for k, v in json.load(open(args[1])).items():
+            event["headers"][k.lower()] = v
+        if len(args) > 3:
+            event["body"] = event["body"].replace("4990", "1")
+        json.dump(event, open(args[2], "w"))
+    elif cmd == "body":  # EVENT OUT: the event's body, raw
+        open(args[1], "w", encoding="utf-8").write(json.load(open(args[0]))["body"])
+    elif cmd == "seen":  # ENDPOINT TABLE MESSAGE_ID: the receiver marked it processed
+        item = client("dynamodb", args[0]).get_item(TableName=args[1], Key={"PK": {"S": "SEEN#" + args[2]}}).get("Item")
+        if not item or item["state"]["S"] != "processed":
+            sys.exit(f"{args[2]} not marked processed in {args[1]}: {item}")
     elif cmd == "purge":  # ENDPOINT QUEUE_URL
         client("sqs", args[0]).purge_queue(QueueUrl=args[1])
     elif cmd == "records":  # EVENT_FILE MIN

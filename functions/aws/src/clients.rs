@@ -4,7 +4,11 @@ use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, SdkConfig};
+use aws_config::BehaviorVersion;
+
+pub use aws_config::SdkConfig;
+/// The DynamoDB client type (re-exported for binaries that need only it).
+pub use aws_sdk_dynamodb::Client as DynamoDbClient;
 
 /// The AWS clients the functions use.
 #[derive(Debug, Clone)]
