@@ -549,3 +549,283 @@ async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times
         receiver.duplicates()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_routes_list_retry_rotate_patch_delete() {
+    // No endpoint cache here, so the rotation is visible to the very next attempt
+    // (deployed, deliver caches endpoints for WEBHOOKS_ENDPOINT_CACHE_TTL; the old
+    // secret keeps verifying for the overlap, 24 h by default).
+    let stack = Stack::start(&[
+        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
+        ("WEBHOOKS_MAX_ATTEMPTS", "1"),
+        ("WEBHOOKS_ENDPOINT_CACHE_TTL", "0s"),
+    ])
+    .await;
+    let good = Receiver::healthy().await;
+    let bad = Receiver::start(vec![], Reply::Status(500)).await;
+    let (good_id, good_secret) = stack.create_endpoint("ops", &good.url, &[]).await;
+    let (bad_id, _) = stack.create_endpoint("ops", &bad.url, &["order.*"]).await;
+    good.set_secret(&good_secret);
+    let mut all = Vec::new();
+    for i in 0..3 {
+        let (_, body) = stack
+            .send_event("ops", "order.paid", json!({"i": i}), None)
+            .await;
+        all.extend(
+            body["delivery_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned()),
+        );
+    }
+    let (_, user) = stack
+        .send_event("ops", "user.created", json!({}), None)
+        .await;
+    assert_eq!(
+        user["delivery_ids"].as_array().unwrap().len(),
+        1,
+        "only the unfiltered endpoint"
+    );
+    all.push(user["delivery_ids"][0].as_str().unwrap().to_owned());
+    assert_eq!(all.len(), 7);
+    let settled = stack
+        .pump_until(T, || async {
+            let mut done = 0;
+            for id in &all {
+                if stack.delivery(id).await.status != DeliveryStatus::Pending {
+                    done += 1;
+                }
+            }
+            done == all.len()
+        })
+        .await;
+    assert!(settled);
+
+    let list = |q: &str| {
+        let path = format!("/v1/apps/ops/deliveries{q}");
+        let stack = &stack;
+        async move {
+            let (status, _, body) = stack.call("GET", &path, None, &[]).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            body
+        }
+    };
+    assert_eq!(list("").await["items"].as_array().unwrap().len(), 7);
+    let failed = list("?status=failed").await;
+    assert_eq!(failed["items"].as_array().unwrap().len(), 3);
+    assert!(failed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["status"] == "failed" && d["endpoint_id"] == bad_id.as_str()));
+    assert_eq!(
+        list(&format!("?endpoint_id={good_id}")).await["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    assert_eq!(
+        list("?event_type=user.created").await["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Pagination: 3 pages of at most 3, newest first, no repeats, no gaps.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..5 {
+        let page = list(&format!("?limit=3{cursor}")).await;
+        for d in page["items"].as_array().unwrap() {
+            seen.push(d["id"].as_str().unwrap().to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    let mut sorted = seen.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, sorted, "newest first");
+    sorted.dedup();
+    assert_eq!(sorted.len(), 7, "every delivery exactly once: {seen:?}");
+    let (status, _, err) = stack
+        .call("GET", "/v1/apps/ops/deliveries?limit=0", None, &[])
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+
+    // Retry one failed delivery: 202, then 409 while it is no longer failed.
+    bad.set_fallback(Reply::Status(200));
+    let target = failed["items"][0]["id"].as_str().unwrap().to_owned();
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/ops/deliveries/{target}/retry"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/ops/deliveries/{target}/retry"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("not_failed"))
+    );
+    assert!(
+        stack
+            .pump_until(T, || async {
+                stack.delivery(&target).await.status == DeliveryStatus::Delivered
+            })
+            .await
+    );
+
+    // The event is readable; another app's is not.
+    let event_id = stack.delivery(&target).await.event_id.to_string();
+    let (status, _, event) = stack
+        .call("GET", &format!("/v1/apps/ops/events/{event_id}"), None, &[])
+        .await;
+    assert_eq!(
+        (status, event["event_type"].as_str()),
+        (200, Some("order.paid"))
+    );
+    assert_eq!(
+        stack
+            .call(
+                "GET",
+                &format!("/v1/apps/other/events/{event_id}"),
+                None,
+                &[]
+            )
+            .await
+            .0,
+        404
+    );
+
+    // Rotation: the new secret signs, the old one still verifies during the overlap.
+    let (status, _, rotated) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/ops/endpoints/{good_id}/rotate-secret"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let new_secret = rotated["secret"].as_str().unwrap().to_owned();
+    assert_ne!(new_secret, good_secret);
+    let (_, body) = stack
+        .send_event("ops", "user.created", json!({"after": "rotation"}), None)
+        .await;
+    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    assert!(
+        stack
+            .pump_until(T, || async {
+                stack.delivery(&id).await.status == DeliveryStatus::Delivered
+            })
+            .await
+    );
+    let last = good.received().pop().unwrap();
+    assert_eq!(
+        last.headers["webhook-signature"].split(' ').count(),
+        2,
+        "two signatures during the overlap"
+    );
+    assert!(
+        last.standard_ok && last.stripe_ok,
+        "old secret still verifies"
+    );
+    good.set_secret(&new_secret);
+    let (_, body) = stack
+        .send_event("ops", "user.created", json!({"n": 2}), None)
+        .await;
+    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    assert!(
+        stack
+            .pump_until(T, || async {
+                stack.delivery(&id).await.status == DeliveryStatus::Delivered
+            })
+            .await
+    );
+    let last = good.received().pop().unwrap();
+    assert!(last.standard_ok && last.stripe_ok, "new secret verifies");
+    let (_, _, listed) = stack.call("GET", "/v1/apps/ops/endpoints", None, &[]).await;
+    assert!(
+        !listed.to_string().contains(&new_secret),
+        "no secret in lists"
+    );
+
+    // PATCH disables; DELETE removes.
+    let (status, _, patched) = stack
+        .call(
+            "PATCH",
+            &format!("/v1/apps/ops/endpoints/{bad_id}"),
+            Some(json!({"disabled": true, "event_types": ["order.refunded"]})),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (status, patched["disabled"].as_bool()),
+        (200, Some(true)),
+        "{patched}"
+    );
+    let (status, _, err) = stack
+        .call(
+            "PATCH",
+            &format!("/v1/apps/ops/endpoints/{bad_id}"),
+            Some(json!({"url": "ftp://nope"})),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (400, Some("invalid_url"))
+    );
+    assert_eq!(
+        stack
+            .call(
+                "DELETE",
+                &format!("/v1/apps/ops/endpoints/{bad_id}"),
+                None,
+                &[]
+            )
+            .await
+            .0,
+        204
+    );
+    assert_eq!(
+        stack
+            .call(
+                "GET",
+                &format!("/v1/apps/ops/endpoints/{bad_id}"),
+                None,
+                &[]
+            )
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        stack
+            .call(
+                "DELETE",
+                &format!("/v1/apps/ops/endpoints/{bad_id}"),
+                None,
+                &[]
+            )
+            .await
+            .0,
+        404
+    );
+}

@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
 use hookline_pipeline::ports::{
-    CommitOutcome, IdempotencyRecord, NewEvent, Result, Store, StoredEvent,
+    CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Result, Store,
+    StoredEvent,
 };
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
@@ -372,6 +373,93 @@ impl Store for DynamoStore {
                 retryable: true,
             }),
             Err(TransactFailure::Other(err)) => Err(err),
+        }
+    }
+
+    async fn list_deliveries(&self, app: &AppId, q: &DeliveryQuery) -> Result<DeliveryPage> {
+        let limit = q.limit.clamp(1, 500);
+        // Read one more than asked per key to know whether more follow.
+        let per_key = i32::try_from(limit + 1).unwrap_or(501);
+        let mut rows = match (&q.endpoint_id, q.status) {
+            (Some(endpoint), _) => {
+                let keys: Vec<String> = (0..SHARDS)
+                    .map(|shard| by_endpoint_pk(endpoint, shard))
+                    .collect();
+                self.query_sharded(
+                    GSI_BY_ENDPOINT,
+                    "GSI1PK",
+                    "GSI1SK",
+                    &keys,
+                    q.before.as_ref(),
+                    per_key,
+                )
+                .await?
+            }
+            (None, Some(status)) => {
+                self.deliveries_by_status(app, status, q.before.as_ref(), per_key)
+                    .await?
+            }
+            (None, None) => {
+                let mut keys = Vec::new();
+                for status in [
+                    DeliveryStatus::Pending,
+                    DeliveryStatus::Delivered,
+                    DeliveryStatus::Failed,
+                ] {
+                    keys.extend((0..SHARDS).map(|shard| by_status_pk(app, status, shard)));
+                }
+                self.query_sharded(
+                    GSI_BY_STATUS,
+                    "GSI2PK",
+                    "GSI2SK",
+                    &keys,
+                    q.before.as_ref(),
+                    per_key,
+                )
+                .await?
+            }
+        };
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next_cursor = if more {
+            rows.last().map(|d| d.id.clone())
+        } else {
+            None
+        };
+        // Post-filters keep the page's window (so the cursor stays exact).
+        rows.retain(|d| {
+            &d.app_id == app
+                && q.status.is_none_or(|st| d.status == st)
+                && q.event_type
+                    .as_deref()
+                    .is_none_or(|t| d.event_type.as_str() == t)
+        });
+        Ok(DeliveryPage {
+            items: rows,
+            next_cursor,
+        })
+    }
+
+    async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<bool> {
+        let _g = self.guard().await;
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
+            .condition_expression("attribute_exists(PK)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(err) => Err(store_error("DeleteItem", err)),
         }
     }
 

@@ -4,24 +4,27 @@
 //!   is `{"error": {"code", "message"}}` with a 4xx for bad input.
 //! - [`auth`]: bearer API keys (constant-time comparison of SHA-256 hashes).
 //!
-//! Routes: `GET /health`; `POST /v1/apps/{app_id}/events`;
-//! `POST|GET /v1/apps/{app_id}/endpoints`, `GET /v1/apps/{app_id}/endpoints/{id}`;
-//! `GET /v1/apps/{app_id}/deliveries/{id}`; `POST /v1/dlq/redrive`.
+//! Routes: `GET /health`; `POST /v1/apps/{app_id}/events`,
+//! `GET /v1/apps/{app_id}/events/{id}`; `POST|GET /v1/apps/{app_id}/endpoints`,
+//! `GET|PATCH|DELETE /v1/apps/{app_id}/endpoints/{id}`,
+//! `POST .../endpoints/{id}/rotate-secret`; `GET /v1/apps/{app_id}/deliveries`
+//! (filters, cursor), `GET .../deliveries/{id}`, `POST .../deliveries/{id}/retry`;
+//! `POST /v1/dlq/redrive`.
 
 pub mod apigw;
 pub mod auth;
 
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{AppId, DeliveryId, EndpointId};
-use hookline_core::model::{Delivery, Endpoint};
+use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
 use hookline_core::signing::Secret;
 use hookline_pipeline::ingest::ingest;
-use hookline_pipeline::ports::{Queue, Store};
+use hookline_pipeline::ports::{DeliveryQuery, Queue, Store};
 use hookline_pipeline::redrive::{redrive, RedriveRequest};
 use hookline_pipeline::sender::check_endpoint_url;
 use hookline_pipeline::{PipelineError, Settings};
 use lambda_http::http::{Method, StatusCode};
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Request, RequestExt, Response};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -146,6 +149,26 @@ impl<'a> EndpointView<'a> {
             updated_at: ep.updated_at,
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateEndpoint {
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    event_types: Option<Vec<String>>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    disabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RotateSecret {
+    #[serde(default)]
+    secret: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -324,6 +347,195 @@ async fn route<S: Store, Q: Queue>(
             Ok(json_response(
                 StatusCode::OK,
                 json!(EndpointView::new(&endpoint, false)).to_string(),
+            ))
+        }
+        (Method::GET, ["v1", "apps", app, "deliveries"]) => {
+            scope.allows(app)?;
+            let app = AppId::parse(app).map_err(PipelineError::from)?;
+            let params = request.query_string_parameters();
+            let bad = |field: &str, why: &str| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_query",
+                    format!("{field}: {why}"),
+                )
+            };
+            let query = DeliveryQuery {
+                status: params
+                    .first("status")
+                    .map(DeliveryStatus::parse)
+                    .transpose()
+                    .map_err(PipelineError::from)?,
+                endpoint_id: params
+                    .first("endpoint_id")
+                    .map(EndpointId::parse)
+                    .transpose()
+                    .map_err(PipelineError::from)?,
+                event_type: params.first("event_type").map(str::to_owned),
+                before: params
+                    .first("cursor")
+                    .map(DeliveryId::parse)
+                    .transpose()
+                    .map_err(|_| bad("cursor", "not a cursor from next_cursor"))?,
+                limit: match params.first("limit") {
+                    Some(l) => l
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=500).contains(n))
+                        .ok_or_else(|| bad("limit", "1..=500"))?,
+                    None => 50,
+                },
+            };
+            if let Some(ep) = &query.endpoint_id {
+                api.store
+                    .get_endpoint(&app, ep)
+                    .await?
+                    .ok_or(PipelineError::NotFound("endpoint"))?;
+            }
+            let page = api.store.list_deliveries(&app, &query).await?;
+            let items: Vec<serde_json::Value> =
+                page.items.iter().map(|d| delivery_view(d, false)).collect();
+            Ok(json_response(
+                StatusCode::OK,
+                json!({"items": items, "next_cursor": page.next_cursor}).to_string(),
+            ))
+        }
+        (Method::POST, ["v1", "apps", app, "deliveries", id, "retry"]) => {
+            scope.allows(app)?;
+            let id = DeliveryId::parse(id).map_err(PipelineError::from)?;
+            let mut delivery = api
+                .store
+                .get_delivery(&id)
+                .await?
+                .filter(|d| d.app_id.as_str() == *app)
+                .ok_or(PipelineError::NotFound("delivery"))?;
+            let expected = delivery.attempt_count;
+            if delivery.manual_retry(now).is_err() {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "not_failed",
+                    format!(
+                        "delivery is {}, only failed deliveries can be retried",
+                        delivery.status
+                    ),
+                ));
+            }
+            if !api
+                .store
+                .update_delivery(&delivery, DeliveryStatus::Failed, expected)
+                .await?
+            {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    "the delivery changed meanwhile; reload and retry",
+                ));
+            }
+            tracing::info!(delivery_id = %delivery.id, manual_retries = delivery.manual_retries, "manual retry");
+            Ok(json_response(
+                StatusCode::ACCEPTED,
+                delivery_view(&delivery, false).to_string(),
+            ))
+        }
+        (Method::GET, ["v1", "apps", app, "events", id]) => {
+            scope.allows(app)?;
+            let id = EventId::parse(id).map_err(PipelineError::from)?;
+            let stored = api
+                .store
+                .get_event(&id)
+                .await?
+                .filter(|e| e.event.app_id.as_str() == *app)
+                .ok_or(PipelineError::NotFound("event"))?;
+            let body: serde_json::Value =
+                serde_json::from_str(&stored.event.body).unwrap_or(serde_json::Value::Null);
+            Ok(json_response(
+                StatusCode::OK,
+                json!({
+                    "id": stored.event.id,
+                    "event_type": stored.event.event_type,
+                    "created_at": stored.event.created_at,
+                    "payload": body["data"],
+                    "fanout_pending": stored.fanout_remaining.len(),
+                })
+                .to_string(),
+            ))
+        }
+        (Method::PATCH, ["v1", "apps", app, "endpoints", id]) => {
+            scope.allows(app)?;
+            let app = AppId::parse(app).map_err(PipelineError::from)?;
+            let id = EndpointId::parse(id).map_err(PipelineError::from)?;
+            let req: UpdateEndpoint = parse_json(body)?;
+            let mut endpoint = api
+                .store
+                .get_endpoint(&app, &id)
+                .await?
+                .ok_or(PipelineError::NotFound("endpoint"))?;
+            if let Some(url) = req.url {
+                check_endpoint_url(&url, api.settings.allow_private_endpoints).map_err(
+                    |reason| ApiError::new(StatusCode::BAD_REQUEST, "invalid_url", reason),
+                )?;
+                endpoint.url = url;
+            }
+            if let Some(types) = req.event_types {
+                validate_event_types(&types)?;
+                endpoint.event_types = types;
+            }
+            if let Some(description) = req.description {
+                if description.len() > 1024 {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_description",
+                        "at most 1024 bytes",
+                    ));
+                }
+                endpoint.description = Some(description);
+            }
+            if let Some(disabled) = req.disabled {
+                endpoint.disabled = disabled;
+                endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_owned());
+            }
+            endpoint.updated_at = now;
+            api.store.put_endpoint(&endpoint).await?;
+            Ok(json_response(
+                StatusCode::OK,
+                json!(EndpointView::new(&endpoint, false)).to_string(),
+            ))
+        }
+        (Method::DELETE, ["v1", "apps", app, "endpoints", id]) => {
+            scope.allows(app)?;
+            let app = AppId::parse(app).map_err(PipelineError::from)?;
+            let id = EndpointId::parse(id).map_err(PipelineError::from)?;
+            if !api.store.delete_endpoint(&app, &id).await? {
+                return Err(PipelineError::NotFound("endpoint").into());
+            }
+            let mut response = Response::new(Body::Empty);
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            Ok(response)
+        }
+        (Method::POST, ["v1", "apps", app, "endpoints", id, "rotate-secret"]) => {
+            scope.allows(app)?;
+            let app = AppId::parse(app).map_err(PipelineError::from)?;
+            let id = EndpointId::parse(id).map_err(PipelineError::from)?;
+            let req: RotateSecret = if body.is_empty() {
+                RotateSecret::default()
+            } else {
+                parse_json(body)?
+            };
+            let mut endpoint = api
+                .store
+                .get_endpoint(&app, &id)
+                .await?
+                .ok_or(PipelineError::NotFound("endpoint"))?;
+            let secret = match req.secret {
+                Some(s) => Secret::parse(&s).map_err(PipelineError::from)?,
+                None => Secret::generate(rng),
+            };
+            endpoint.rotate_secret(secret, now, api.settings.rotation_overlap);
+            api.store.put_endpoint(&endpoint).await?;
+            tracing::info!(endpoint_id = %endpoint.id, "secret rotated");
+            Ok(json_response(
+                StatusCode::OK,
+                json!(EndpointView::new(&endpoint, true)).to_string(),
             ))
         }
         (Method::GET, ["v1", "apps", app, "deliveries", id]) => {

@@ -135,6 +135,40 @@ impl Store for MemoryStore {
         }
         Ok(true)
     }
+    async fn list_deliveries(&self, app: &AppId, q: &DeliveryQuery) -> Result<DeliveryPage> {
+        let s = lock(&self.state);
+        let mut items: Vec<Delivery> = s
+            .deliveries
+            .values()
+            .filter(|d| &d.app_id == app)
+            .filter(|d| q.status.is_none_or(|st| d.status == st))
+            .filter(|d| q.endpoint_id.as_ref().is_none_or(|e| &d.endpoint_id == e))
+            .filter(|d| {
+                q.event_type
+                    .as_deref()
+                    .is_none_or(|t| d.event_type.as_str() == t)
+            })
+            .filter(|d| q.before.as_ref().is_none_or(|b| &d.id < b))
+            .cloned()
+            .collect();
+        items.sort_by(|a, b| b.id.cmp(&a.id));
+        let more = items.len() > q.limit;
+        items.truncate(q.limit);
+        let next_cursor = if more {
+            items.last().map(|d| d.id.clone())
+        } else {
+            None
+        };
+        Ok(DeliveryPage { items, next_cursor })
+    }
+    async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<bool> {
+        let mut s = lock(&self.state);
+        let found = s.endpoints.get(id).is_some_and(|e| &e.app_id == app);
+        if found {
+            s.endpoints.remove(id);
+        }
+        Ok(found)
+    }
     async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
         Ok(lock(&self.state).deliveries.get(id).cloned())
     }

@@ -61,6 +61,24 @@ pub struct StoredEvent {
     pub fanout_version: u32,
 }
 
+/// Filters of a delivery list (newest first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryQuery {
+    pub status: Option<DeliveryStatus>,
+    pub endpoint_id: Option<EndpointId>,
+    pub event_type: Option<String>,
+    /// Only deliveries created before this one (the cursor).
+    pub before: Option<DeliveryId>,
+    pub limit: usize,
+}
+
+/// A page of deliveries; `next_cursor` is set when more may follow.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeliveryPage {
+    pub items: Vec<Delivery>,
+    pub next_cursor: Option<DeliveryId>,
+}
+
 /// The persistent state: endpoints, events, deliveries, idempotency keys.
 pub trait Store: Send + Sync {
     /// Every endpoint of an app (enabled or not).
@@ -98,6 +116,20 @@ pub trait Store: Send + Sync {
         version: u32,
         deliveries: &[Delivery],
         remaining: &[EndpointId],
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Lists an app's deliveries through the GSIs (never a scan).
+    fn list_deliveries(
+        &self,
+        app: &AppId,
+        query: &DeliveryQuery,
+    ) -> impl Future<Output = Result<DeliveryPage>> + Send;
+
+    /// Deletes an endpoint (its deliveries stay; pending ones fail as "endpoint deleted").
+    fn delete_endpoint(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
     ) -> impl Future<Output = Result<bool>> + Send;
 
     fn get_delivery(
