@@ -543,11 +543,13 @@ async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times
         .unwrap()
         .unwrap();
     assert!(stored.fanout_remaining.is_empty());
-    println!(
-        "fan-out 250: accepted 250, delivered {}, duplicates {}",
+    let figures = format!(
+        "fan-out 250: accepted 250 in one request, delivered {}, duplicates {}",
         receiver.unique_accepted(),
         receiver.duplicates()
     );
+    println!("{figures}");
+    hookline_tests::record_figures("fanout", &figures);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
