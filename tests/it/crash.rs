@@ -12,26 +12,6 @@ use hookline_tests::workspace_root;
 use rand::Rng;
 use serde_json::json;
 
-fn worker_binary() -> std::path::PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "hookline-local",
-            "--bin",
-            "hookline-local",
-        ])
-        .current_dir(workspace_root())
-        .status()
-        .expect("cargo build hookline-local");
-    assert!(status.success());
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| workspace_root().join("target"));
-    target.join("debug/hookline-local")
-}
-
 fn spawn_worker(
     bin: &std::path::Path,
     endpoint: &str,
@@ -98,7 +78,7 @@ async fn sigkilled_worker_loses_nothing() {
     let expected = delivery_ids.len();
     assert_eq!(expected, EVENTS * 2);
 
-    let bin = worker_binary();
+    let bin = hookline_tests::local_binary();
     let checkpoint = std::env::temp_dir().join(format!("hookline-crash-{}.json", stack.moto.port));
     let _ = std::fs::remove_file(&checkpoint);
     let mut kills = 0;

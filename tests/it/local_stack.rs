@@ -9,26 +9,6 @@ use std::time::{Duration, Instant};
 use hookline_tests::receiver::Receiver;
 use hookline_tests::workspace_root;
 
-fn local_binary() -> std::path::PathBuf {
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "hookline-local",
-            "--bin",
-            "hookline-local",
-        ])
-        .current_dir(workspace_root())
-        .status()
-        .expect("cargo build hookline-local");
-    assert!(status.success());
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| workspace_root().join("target"));
-    target.join("debug/hookline-local")
-}
-
 /// Kills and reaps the child if the test fails before stopping it (by PID).
 struct KillOnDrop(std::process::Child);
 
@@ -49,7 +29,7 @@ fn port_open(port: u16) -> bool {
 #[test]
 fn demo_accounts_for_every_delivery() {
     hookline_tests::moto::ensure_installed();
-    let output = Command::new(local_binary())
+    let output = Command::new(hookline_tests::local_binary())
         .args(["up", "--demo", "--port", "0", "--template"])
         .arg(workspace_root().join("template.yaml"))
         .env("RUST_LOG", "error")
@@ -75,7 +55,7 @@ fn demo_accounts_for_every_delivery() {
 fn stack_serves_the_api_and_stops_cleanly_on_sigterm() {
     hookline_tests::moto::ensure_installed();
     let mut child = KillOnDrop(
-        Command::new(local_binary())
+        Command::new(hookline_tests::local_binary())
             .args(["up", "--port", "0", "--template"])
             .arg(workspace_root().join("template.yaml"))
             .env("RUST_LOG", "error")

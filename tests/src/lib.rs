@@ -16,14 +16,38 @@ pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The cargo target directory (`CARGO_TARGET_DIR` or the workspace's `target`).
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| workspace_root().join("target"))
+}
+
+/// Builds (if needed) and returns the `hookline-local` binary, for tests that
+/// run the local stack or its worker as a subprocess.
+pub fn local_binary() -> std::path::PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "hookline-local",
+            "--bin",
+            "hookline-local",
+        ])
+        .current_dir(workspace_root())
+        .status()
+        .expect("cargo build hookline-local");
+    assert!(status.success(), "building hookline-local failed");
+    target_dir().join("debug/hookline-local")
+}
+
 /// Appends a line of measured figures to `target/test-figures/<name>.txt`;
 /// `tests/run` prints them after the suite (passing tests' output is hidden).
 pub fn record_figures(name: &str, line: &str) {
     use std::io::Write;
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| workspace_root().join("target"));
-    let dir = target.join("test-figures");
+    let dir = target_dir().join("test-figures");
     let _ = std::fs::create_dir_all(&dir);
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
