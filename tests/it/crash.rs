@@ -85,7 +85,14 @@ async fn sigkilled_worker_loses_nothing() {
     let mut rng = rand::thread_rng();
     for _ in 0..5 {
         let mut worker = spawn_worker(&bin, &stack.moto.url, &checkpoint, &env);
-        let pause = rng.gen_range(400..1500);
+        // Kill mid-work: wait until this worker has sent at least one request
+        // (it may need a moment to start), then a random moment later.
+        let seen = receiver.received().len();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while receiver.received().len() == seen && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pause = rng.gen_range(0..600);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         worker.kill().expect("SIGKILL the worker");
         worker.wait().expect("reap the worker");
