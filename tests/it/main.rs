@@ -1,0 +1,8 @@
+//! One integration-test binary (one link of the AWS SDK instead of five):
+//! each module is one area, run against moto and real loopback receivers.
+
+mod crash;
+mod local_stack;
+mod outbox;
+mod pipeline;
+mod receiver;
