@@ -3,6 +3,7 @@
 
 mod crash;
 mod local_stack;
+mod operator;
 mod outbox;
 mod pipeline;
 mod receiver;

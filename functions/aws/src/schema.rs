@@ -6,6 +6,7 @@
 //! | event | `EVT#{event}` | `EVT` | | |
 //! | delivery | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
+//! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
 //!
 //! Deliveries and events each have their own partition (no hot partition per
 //! app). The GSI partition keys are sharded by a hash of the delivery id into
@@ -15,7 +16,8 @@
 //! item types apart (the stream filter uses it).
 
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::apikey::ApiKey;
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
 use hookline_pipeline::dispatch::StreamChange;
 use hookline_pipeline::ports::{IdempotencyRecord, StoredEvent};
@@ -39,6 +41,7 @@ pub const KIND_ENDPOINT: &str = "endpoint";
 pub const KIND_EVENT: &str = "event";
 pub const KIND_DELIVERY: &str = "delivery";
 pub const KIND_IDEMPOTENCY: &str = "idempotency";
+pub const KIND_API_KEY: &str = "api_key";
 
 pub fn app_pk(app: &AppId) -> String {
     format!("APP#{app}")
@@ -58,6 +61,13 @@ pub fn idempotency_pk(app: &AppId, key: &str) -> String {
     format!("IDEM#{app}#{key}")
 }
 pub const IDEMPOTENCY_SK: &str = "IDEM";
+pub fn api_key_pk(id: &ApiKeyId) -> String {
+    format!("KEY#{id}")
+}
+pub const API_KEY_SK: &str = "KEY";
+pub fn api_keys_of_app(app: &AppId) -> String {
+    format!("KEYS#{app}")
+}
 
 /// FNV-1a of the id, modulo [`SHARDS`]: stable across processes and versions.
 pub fn shard_of(id: &DeliveryId) -> u32 {
@@ -235,6 +245,39 @@ pub fn idempotency_item(record: &IdempotencyRecord) -> Result<Item, PipelineErro
             expires_at: record.created_at.timestamp() + IDEMPOTENCY_TTL_SECS,
         },
     )
+}
+
+#[derive(Serialize)]
+struct ApiKeyItem<'a> {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: &'static str,
+    kind: &'static str,
+    #[serde(rename = "GSI1PK")]
+    gsi1pk: String,
+    #[serde(rename = "GSI1SK")]
+    gsi1sk: &'a str,
+    #[serde(flatten)]
+    key: &'a ApiKey,
+}
+
+pub fn api_key_item(key: &ApiKey) -> Result<Item, PipelineError> {
+    to_item(
+        "API key",
+        &ApiKeyItem {
+            pk: api_key_pk(&key.id),
+            sk: API_KEY_SK,
+            kind: KIND_API_KEY,
+            gsi1pk: api_keys_of_app(&key.app_id),
+            gsi1sk: key.id.as_str(),
+            key,
+        },
+    )
+}
+
+pub fn api_key_from_item(item: Item) -> Result<ApiKey, PipelineError> {
+    serde_dynamo::from_item(item).map_err(|e| corrupt("API key item", e))
 }
 
 pub fn endpoint_from_item(item: Item) -> Result<Endpoint, PipelineError> {

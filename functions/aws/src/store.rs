@@ -10,7 +10,8 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::apikey::ApiKey;
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Result, Store,
@@ -112,8 +113,16 @@ impl DynamoStore {
         let keys: Vec<String> = (0..SHARDS)
             .map(|shard| by_status_pk(app, status, shard))
             .collect();
-        self.query_sharded(GSI_BY_STATUS, "GSI2PK", "GSI2SK", &keys, before, limit)
-            .await
+        self.query_sharded(
+            GSI_BY_STATUS,
+            "GSI2PK",
+            "GSI2SK",
+            &keys,
+            None,
+            before,
+            limit,
+        )
+        .await
     }
 
     /// Lists an endpoint's deliveries (GSI1), newest first.
@@ -126,17 +135,29 @@ impl DynamoStore {
         let keys: Vec<String> = (0..SHARDS)
             .map(|shard| by_endpoint_pk(endpoint, shard))
             .collect();
-        self.query_sharded(GSI_BY_ENDPOINT, "GSI1PK", "GSI1SK", &keys, before, limit)
-            .await
+        self.query_sharded(
+            GSI_BY_ENDPOINT,
+            "GSI1PK",
+            "GSI1SK",
+            &keys,
+            None,
+            before,
+            limit,
+        )
+        .await
     }
 
+    /// Queries every shard key of a GSI, newest first, for sort keys (delivery
+    /// ids) in `[lowest, below)`, and merges the results by id.
+    #[allow(clippy::too_many_arguments)]
     async fn query_sharded(
         &self,
         index: &str,
         pk_attr: &str,
         sk_attr: &str,
         keys: &[String],
-        before: Option<&DeliveryId>,
+        lowest: Option<&DeliveryId>,
+        below: Option<&DeliveryId>,
         limit: i32,
     ) -> Result<Vec<Delivery>> {
         let mut all = Vec::new();
@@ -151,16 +172,30 @@ impl DynamoStore {
                 .limit(limit)
                 .expression_attribute_names("#pk", pk_attr)
                 .expression_attribute_values(":pk", s(key.clone()));
-            q = match before {
-                Some(id) => q
-                    .key_condition_expression("#pk = :pk AND #sk < :before")
+            q = match (lowest, below) {
+                // BETWEEN is inclusive at both ends: the `below` id itself
+                // (a cursor) is filtered out after the query.
+                (Some(lo), Some(hi)) => q
+                    .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
                     .expression_attribute_names("#sk", sk_attr)
-                    .expression_attribute_values(":before", s(id.as_str())),
-                None => q.key_condition_expression("#pk = :pk"),
+                    .expression_attribute_values(":lo", s(lo.as_str()))
+                    .expression_attribute_values(":hi", s(hi.as_str())),
+                (Some(lo), None) => q
+                    .key_condition_expression("#pk = :pk AND #sk >= :lo")
+                    .expression_attribute_names("#sk", sk_attr)
+                    .expression_attribute_values(":lo", s(lo.as_str())),
+                (None, Some(hi)) => q
+                    .key_condition_expression("#pk = :pk AND #sk < :hi")
+                    .expression_attribute_names("#sk", sk_attr)
+                    .expression_attribute_values(":hi", s(hi.as_str())),
+                (None, None) => q.key_condition_expression("#pk = :pk"),
             };
             let out = q.send().await.map_err(|e| store_error("Query", e))?;
             for item in out.items.unwrap_or_default() {
-                all.push(schema::delivery_from_item(Item::from(item))?);
+                let delivery = schema::delivery_from_item(Item::from(item))?;
+                if below.is_none_or(|hi| delivery.id < *hi) {
+                    all.push(delivery);
+                }
             }
         }
         all.sort_by(|a, b| b.id.cmp(&a.id));
@@ -380,45 +415,44 @@ impl Store for DynamoStore {
         let limit = q.limit.clamp(1, 500);
         // Read one more than asked per key to know whether more follow.
         let per_key = i32::try_from(limit + 1).unwrap_or(501);
-        let mut rows = match (&q.endpoint_id, q.status) {
-            (Some(endpoint), _) => {
-                let keys: Vec<String> = (0..SHARDS)
+        let (index, pk_attr, sk_attr, keys) = match (&q.endpoint_id, q.status) {
+            (Some(endpoint), _) => (
+                GSI_BY_ENDPOINT,
+                "GSI1PK",
+                "GSI1SK",
+                (0..SHARDS)
                     .map(|shard| by_endpoint_pk(endpoint, shard))
+                    .collect::<Vec<_>>(),
+            ),
+            (None, status) => {
+                let statuses = match status {
+                    Some(status) => vec![status],
+                    None => vec![
+                        DeliveryStatus::Pending,
+                        DeliveryStatus::Delivered,
+                        DeliveryStatus::Failed,
+                    ],
+                };
+                let keys = statuses
+                    .into_iter()
+                    .flat_map(|status| {
+                        (0..SHARDS).map(move |shard| by_status_pk(app, status, shard))
+                    })
                     .collect();
-                self.query_sharded(
-                    GSI_BY_ENDPOINT,
-                    "GSI1PK",
-                    "GSI1SK",
-                    &keys,
-                    q.before.as_ref(),
-                    per_key,
-                )
-                .await?
-            }
-            (None, Some(status)) => {
-                self.deliveries_by_status(app, status, q.before.as_ref(), per_key)
-                    .await?
-            }
-            (None, None) => {
-                let mut keys = Vec::new();
-                for status in [
-                    DeliveryStatus::Pending,
-                    DeliveryStatus::Delivered,
-                    DeliveryStatus::Failed,
-                ] {
-                    keys.extend((0..SHARDS).map(|shard| by_status_pk(app, status, shard)));
-                }
-                self.query_sharded(
-                    GSI_BY_STATUS,
-                    "GSI2PK",
-                    "GSI2SK",
-                    &keys,
-                    q.before.as_ref(),
-                    per_key,
-                )
-                .await?
+                (GSI_BY_STATUS, "GSI2PK", "GSI2SK", keys)
             }
         };
+        let mut rows = self
+            .query_sharded(
+                index,
+                pk_attr,
+                sk_attr,
+                &keys,
+                q.lowest_id().as_ref(),
+                q.below_id().as_ref(),
+                per_key,
+            )
+            .await?;
         let more = rows.len() > limit;
         rows.truncate(limit);
         let next_cursor = if more {
@@ -515,6 +549,78 @@ impl Store for DynamoStore {
                 Ok(false)
             }
             Err(err) => Err(store_error("UpdateItem", err)),
+        }
+    }
+
+    async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
+        let item = into_sdk(schema::api_key_item(key)?);
+        let _g = self.guard().await;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(PK)")
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn get_api_key(&self, id: &ApiKeyId) -> Result<Option<ApiKey>> {
+        self.get(api_key_pk(id), API_KEY_SK)
+            .await?
+            .map(schema::api_key_from_item)
+            .transpose()
+    }
+
+    async fn list_api_keys(&self, app: &AppId) -> Result<Vec<ApiKey>> {
+        let mut keys = Vec::new();
+        let mut start = None;
+        loop {
+            let _g = self.guard().await;
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(GSI_BY_ENDPOINT)
+                .key_condition_expression("GSI1PK = :pk")
+                .expression_attribute_values(":pk", s(api_keys_of_app(app)))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                keys.push(schema::api_key_from_item(Item::from(item))?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(keys)
+    }
+
+    async fn delete_api_key(&self, app: &AppId, id: &ApiKeyId) -> Result<bool> {
+        let _g = self.guard().await;
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(api_key_pk(id), API_KEY_SK)))
+            .condition_expression("app_id = :app")
+            .expression_attribute_values(":app", s(app.as_str()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(err) => Err(store_error("DeleteItem", err)),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The pure domain core of hookline: functions of their inputs, with time and
 //! randomness passed in. No AWS SDK, no I/O.
 //!
-//! - [`ids`]: typed, prefixed, time-ordered ids (`evt_`, `ep_`, `dlv_`, `msg_`)
+//! - [`ids`]: typed, prefixed, time-ordered ids (`evt_`, `ep_`, `dlv_`, `msg_`, `key_`)
 //!   and the validated [`AppId`](ids::AppId).
 //! - [`model`]: [`Event`](model::Event), [`Endpoint`](model::Endpoint),
 //!   [`Delivery`](model::Delivery), [`Attempt`](model::Attempt) and the delivery
@@ -11,8 +11,10 @@
 //!   response classification.
 //! - [`signing`]: [`Secret`](signing::Secret) and the full signed header set of
 //!   a message for both schemes (via `hookline-verify`'s scheme functions).
+//! - [`apikey`]: app-scoped API keys (`<key id>.<secret>`, stored as SHA-256).
 //! - [`error`]: [`CoreError`], saying what is retryable.
 
+pub mod apikey;
 pub mod error;
 pub mod ids;
 pub mod model;

@@ -1,9 +1,15 @@
 //! Bearer API keys. Keys are never stored or compared in clear: the API holds
-//! SHA-256 hashes and compares in constant time.
+//! SHA-256 hashes and compares in constant time. The admin key (all apps)
+//! comes from the deployment's configuration; app-scoped keys are created
+//! through the API and stored in the table, hashed.
 
 use lambda_http::http::StatusCode;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+use hookline_core::apikey::ApiKey;
+use hookline_core::ids::AppId;
+use hookline_pipeline::ports::Store;
 
 use crate::ApiError;
 
@@ -25,19 +31,35 @@ impl std::fmt::Debug for ApiKeys {
 /// What a request is allowed to touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
+    /// The admin key: every app, and the DLQ.
     Admin,
+    /// An app-scoped key: that app's endpoints, events, deliveries only.
+    App(AppId),
 }
 
 impl Scope {
-    pub fn allows(&self, _app: &str) -> Result<(), ApiError> {
+    /// 403 unless the scope covers `app`.
+    pub fn allows(&self, app: &AppId) -> Result<(), ApiError> {
         match self {
             Scope::Admin => Ok(()),
+            Scope::App(own) if own == app => Ok(()),
+            Scope::App(_) => Err(ApiError {
+                status: StatusCode::FORBIDDEN,
+                code: "forbidden",
+                message: "this API key is scoped to another app".into(),
+            }),
         }
     }
 
+    /// 403 unless this is the admin key.
     pub fn require_admin(&self) -> Result<(), ApiError> {
         match self {
             Scope::Admin => Ok(()),
+            Scope::App(_) => Err(ApiError {
+                status: StatusCode::FORBIDDEN,
+                code: "forbidden",
+                message: "this route needs the admin API key".into(),
+            }),
         }
     }
 }
@@ -79,8 +101,14 @@ impl ApiKeys {
         }
     }
 
-    /// Checks an `Authorization` header value.
-    pub fn authenticate(&self, header: Option<&str>) -> Result<Scope, ApiError> {
+    /// Checks an `Authorization` header value: the admin key, or an
+    /// app-scoped key (`key_....<secret>`) looked up by its id in `store` and
+    /// compared by hash in constant time.
+    pub async fn authenticate<S: Store>(
+        &self,
+        header: Option<&str>,
+        store: &S,
+    ) -> Result<Scope, ApiError> {
         let unauthorized = |m: &str| ApiError {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
@@ -94,6 +122,13 @@ impl ApiKeys {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| unauthorized("expected `Authorization: Bearer <api key>`"))?;
+        if let Some(id) = ApiKey::id_of(token) {
+            let record = store.get_api_key(&id).await.map_err(ApiError::from)?;
+            return match record {
+                Some(record) if record.matches(token) => Ok(Scope::App(record.app_id)),
+                _ => Err(unauthorized("invalid API key")),
+            };
+        }
         let presented = sha256(token);
         match &self.admin_hash {
             Some(hash) if bool::from(hash.ct_eq(&presented)) => Ok(Scope::Admin),
@@ -105,12 +140,18 @@ impl ApiKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Utc;
+    use hookline_pipeline::fakes::MemoryStore;
+    use rand::SeedableRng;
 
-    #[test]
-    fn bearer_keys() {
+    #[tokio::test]
+    async fn admin_and_app_keys() {
+        let store = MemoryStore::default();
         let keys = ApiKeys::admin("s3cret");
         assert_eq!(
-            keys.authenticate(Some("Bearer s3cret")).unwrap(),
+            keys.authenticate(Some("Bearer s3cret"), &store)
+                .await
+                .unwrap(),
             Scope::Admin
         );
         for bad in [
@@ -121,17 +162,58 @@ mod tests {
             Some("Bearer s3cre"),
             Some("Bearer s3crett"),
         ] {
-            let err = keys.authenticate(bad).unwrap_err();
+            let err = keys.authenticate(bad, &store).await.unwrap_err();
             assert_eq!(err.status, StatusCode::UNAUTHORIZED);
             assert!(!err.message.contains("s3cret"));
         }
+        let acme = AppId::parse("acme").unwrap();
+        let (record, key) = ApiKey::generate(
+            acme.clone(),
+            "ci",
+            Utc::now(),
+            &mut rand::rngs::StdRng::seed_from_u64(1),
+        );
+        let header = format!("Bearer {key}");
+        assert!(
+            keys.authenticate(Some(&header), &store).await.is_err(),
+            "not stored yet"
+        );
+        store.put_api_key(&record).await.unwrap();
+        let scope = keys.authenticate(Some(&header), &store).await.unwrap();
+        assert_eq!(scope, Scope::App(acme.clone()));
+        assert!(scope.allows(&acme).is_ok());
+        let other = AppId::parse("globex").unwrap();
+        assert_eq!(
+            scope.allows(&other).unwrap_err().status,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            scope.require_admin().unwrap_err().status,
+            StatusCode::FORBIDDEN
+        );
+        let mut forged = key.clone();
+        forged.replace_range(key.len() - 4.., "AAAA");
+        let err = keys
+            .authenticate(Some(&format!("Bearer {forged}")), &store)
+            .await
+            .unwrap_err();
+        assert_eq!(err.status, StatusCode::UNAUTHORIZED);
+        store.delete_api_key(&acme, &record.id).await.unwrap();
+        assert!(
+            keys.authenticate(Some(&header), &store).await.is_err(),
+            "revoked"
+        );
+
         let none = ApiKeys::from_lookup(|_| None).unwrap();
-        assert!(none.authenticate(Some("Bearer anything")).is_err());
+        assert!(none
+            .authenticate(Some("Bearer anything"), &store)
+            .await
+            .is_err());
         let hashed = ApiKeys::from_lookup(|k| {
             (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| hex::encode(sha256("k1")))
         })
         .unwrap();
-        assert!(hashed.authenticate(Some("Bearer k1")).is_ok());
+        assert!(hashed.authenticate(Some("Bearer k1"), &store).await.is_ok());
         assert!(ApiKeys::from_lookup(
             |k| (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| "zz".to_owned())
         )

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::apikey::ApiKey;
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
 
 use crate::messages::DeliveryMessage;
@@ -23,6 +24,7 @@ struct StoreState {
     events: HashMap<EventId, StoredEvent>,
     deliveries: HashMap<DeliveryId, Delivery>,
     idempotency: HashMap<(AppId, String), IdempotencyRecord>,
+    api_keys: HashMap<ApiKeyId, ApiKey>,
 }
 
 /// An in-memory [`Store`].
@@ -148,7 +150,7 @@ impl Store for MemoryStore {
                     .as_deref()
                     .is_none_or(|t| d.event_type.as_str() == t)
             })
-            .filter(|d| q.before.as_ref().is_none_or(|b| &d.id < b))
+            .filter(|d| q.admits_id(&d.id))
             .cloned()
             .collect();
         items.sort_by(|a, b| b.id.cmp(&a.id));
@@ -186,6 +188,33 @@ impl Store for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+    async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
+        lock(&self.state)
+            .api_keys
+            .insert(key.id.clone(), key.clone());
+        Ok(())
+    }
+    async fn get_api_key(&self, id: &ApiKeyId) -> Result<Option<ApiKey>> {
+        Ok(lock(&self.state).api_keys.get(id).cloned())
+    }
+    async fn list_api_keys(&self, app: &AppId) -> Result<Vec<ApiKey>> {
+        let mut keys: Vec<ApiKey> = lock(&self.state)
+            .api_keys
+            .values()
+            .filter(|k| &k.app_id == app)
+            .cloned()
+            .collect();
+        keys.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(keys)
+    }
+    async fn delete_api_key(&self, app: &AppId, id: &ApiKeyId) -> Result<bool> {
+        let mut s = lock(&self.state);
+        let found = s.api_keys.get(id).is_some_and(|k| &k.app_id == app);
+        if found {
+            s.api_keys.remove(id);
+        }
+        Ok(found)
     }
 }
 

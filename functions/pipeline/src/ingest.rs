@@ -17,18 +17,24 @@ use sha2::{Digest, Sha256};
 use crate::ports::{CommitOutcome, IdempotencyRecord, NewEvent, Store, INLINE_DELIVERIES};
 use crate::{PipelineError, Settings};
 
-/// The request body.
+/// The request body of `POST /v1/apps/{app_id}/events`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EventRequest {
-    event_type: String,
-    payload: serde_json::Value,
+pub struct EventRequest {
+    /// Dot-separated name, e.g. `order.paid`.
+    pub event_type: String,
+    /// Any JSON value; sent to receivers as `data`.
+    pub payload: serde_json::Value,
 }
 
 /// The 202 body.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngestResponse {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "evt_01jx6w4m3v8k2q9r7t5y3b1n0c"))]
     pub event_id: EventId,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     pub delivery_ids: Vec<DeliveryId>,
 }
 

@@ -11,6 +11,8 @@
 //!   an event with fan-out left -> its next chunk of deliveries.
 //! - [`deliver`]: an SQS message -> a signed POST -> one conditional update.
 //! - [`redrive`]: drain the DLQ on demand (manual retry).
+//! - [`recover`]: retry one failed delivery, or an endpoint's failed ones in a
+//!   time window (bulk recover).
 //! - [`sender`]: the reqwest HTTP sender with the private-address guard.
 //! - [`metrics`]: CloudWatch Embedded Metric Format log lines.
 //! - [`error`]: [`PipelineError`], saying what is retryable.
@@ -26,6 +28,7 @@ pub mod ingest;
 pub mod messages;
 pub mod metrics;
 pub mod ports;
+pub mod recover;
 pub mod redrive;
 pub mod sender;
 pub mod settings;

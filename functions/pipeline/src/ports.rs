@@ -6,7 +6,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::apikey::ApiKey;
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
 use hookline_core::signing::SignedHeaders;
 
@@ -69,7 +70,34 @@ pub struct DeliveryQuery {
     pub event_type: Option<String>,
     /// Only deliveries created before this one (the cursor).
     pub before: Option<DeliveryId>,
+    /// Only deliveries created at or after this time.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only deliveries created before this time.
+    pub created_before: Option<DateTime<Utc>>,
     pub limit: usize,
+}
+
+impl DeliveryQuery {
+    /// The smallest delivery id the query admits (inclusive): ids are
+    /// time-ordered, so a time range is a sort-key range.
+    pub fn lowest_id(&self) -> Option<DeliveryId> {
+        self.created_after.map(DeliveryId::time_floor)
+    }
+
+    /// The id every admitted delivery sorts below (exclusive): the cursor or
+    /// the end of the time range, whichever is lower.
+    pub fn below_id(&self) -> Option<DeliveryId> {
+        let until = self.created_before.map(DeliveryId::time_floor);
+        match (self.before.clone(), until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether `id` is inside the query's id range.
+    pub fn admits_id(&self, id: &DeliveryId) -> bool {
+        self.lowest_id().is_none_or(|lo| *id >= lo) && self.below_id().is_none_or(|hi| *id < hi)
+    }
 }
 
 /// A page of deliveries; `next_cursor` is set when more may follow.
@@ -143,6 +171,18 @@ pub trait Store: Send + Sync {
         delivery: &Delivery,
         expected_status: DeliveryStatus,
         expected_attempt_count: u32,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Stores a new app-scoped API key record (only its hash).
+    fn put_api_key(&self, key: &ApiKey) -> impl Future<Output = Result<()>> + Send;
+    fn get_api_key(&self, id: &ApiKeyId) -> impl Future<Output = Result<Option<ApiKey>>> + Send;
+    /// An app's API keys, oldest first.
+    fn list_api_keys(&self, app: &AppId) -> impl Future<Output = Result<Vec<ApiKey>>> + Send;
+    /// Revokes a key of `app`; `Ok(false)` when there is no such key.
+    fn delete_api_key(
+        &self,
+        app: &AppId,
+        id: &ApiKeyId,
     ) -> impl Future<Output = Result<bool>> + Send;
 }
 

@@ -24,6 +24,7 @@ fn default_max() -> u32 {
 }
 
 /// The retry function's input (and the redrive route's body).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedriveRequest {
@@ -52,6 +53,7 @@ impl Default for RedriveRequest {
 pub const MAX_REDRIVE_MESSAGES: u32 = 10_000;
 
 /// What a redrive did (or, in a dry run, would do).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RedriveReport {
     pub dry_run: bool,

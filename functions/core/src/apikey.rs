@@ -1,0 +1,114 @@
+//! App-scoped API keys. A key is `<key id>.<secret>` (`key_...` then 43
+//! characters of base64url, 256 random bits); only its SHA-256 is stored.
+//! The id part lets the API find the one record to compare against, in
+//! constant time, without a table scan or a per-key index.
+
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::ids::{ApiKeyId, AppId};
+
+/// An API key record as stored: never the key itself.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKey {
+    pub id: ApiKeyId,
+    pub app_id: AppId,
+    pub name: String,
+    /// Hex SHA-256 of the whole key text.
+    pub key_sha256: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("id", &self.id)
+            .field("app_id", &self.app_id)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Hex SHA-256 of a key's text.
+pub fn key_sha256(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Constant-time equality of two byte strings of any lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl ApiKey {
+    /// A fresh key for `app`: the record to store and the key text, which
+    /// is shown once and never again.
+    pub fn generate(
+        app_id: AppId,
+        name: impl Into<String>,
+        now: DateTime<Utc>,
+        rng: &mut dyn RngCore,
+    ) -> (Self, String) {
+        let id = ApiKeyId::new(now, rng);
+        let mut secret = [0u8; 32];
+        rng.fill_bytes(&mut secret);
+        let key = format!(
+            "{id}.{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+        );
+        let record = Self {
+            id,
+            app_id,
+            name: name.into(),
+            key_sha256: key_sha256(&key),
+            created_at: now,
+        };
+        (record, key)
+    }
+
+    /// The id part of a presented key, if it has the shape of one.
+    pub fn id_of(presented: &str) -> Option<ApiKeyId> {
+        let (id, secret) = presented.split_once('.')?;
+        if secret.len() != 43 {
+            return None;
+        }
+        ApiKeyId::parse(id).ok()
+    }
+
+    /// Whether `presented` is this key (constant time in the key's content).
+    pub fn matches(&self, presented: &str) -> bool {
+        constant_time_eq(key_sha256(presented).as_bytes(), self.key_sha256.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn generated_keys_match_only_themselves() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let app = AppId::parse("acme").unwrap();
+        let (record, key) = ApiKey::generate(app, "ci", Utc::now(), &mut rng);
+        assert_eq!(ApiKey::id_of(&key), Some(record.id.clone()));
+        assert!(record.matches(&key));
+        assert!(!record.key_sha256.contains(&key));
+        let mut other = key.clone();
+        other.pop();
+        other.push('A');
+        assert!(!record.matches(&other) || other == key);
+        assert!(!record.matches(""));
+        assert!(!format!("{record:?}").contains(&record.key_sha256));
+        for bad in ["", "key_", "key_x.y", "nodot", &key[..key.len() - 1]] {
+            assert_eq!(ApiKey::id_of(bad), None, "{bad}");
+        }
+    }
+}

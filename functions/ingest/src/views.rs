@@ -1,0 +1,301 @@
+//! What the API reads and writes: request bodies, query strings and response
+//! shapes, each with its OpenAPI schema. Secrets appear only in the answers
+//! to create and rotate (endpoints) and create (API keys).
+
+use chrono::{DateTime, Utc};
+use hookline_core::apikey::ApiKey;
+use hookline_core::model::{Attempt, Delivery, Endpoint};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// Every error answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `invalid_url`, `not_found`.
+    pub code: String,
+    /// What was wrong, for a human; never echoes secrets.
+    pub message: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
+/// An endpoint; `secret` only in the answers to create and rotate-secret.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EndpointOut {
+    pub id: String,
+    pub url: String,
+    pub description: Option<String>,
+    /// Event types it receives: exact names, `prefix.*`, or `*`; empty = all.
+    pub event_types: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// How many earlier secrets still sign (rotation overlap).
+    pub previous_secrets: usize,
+    pub disabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl EndpointOut {
+    pub fn new(ep: &Endpoint, with_secret: bool) -> Self {
+        Self {
+            id: ep.id.to_string(),
+            url: ep.url.clone(),
+            description: ep.description.clone(),
+            event_types: ep.event_types.clone(),
+            secret: with_secret.then(|| ep.secret.expose().to_owned()),
+            previous_secrets: ep.previous_secrets.len(),
+            disabled: ep.disabled,
+            disabled_reason: ep.disabled_reason.clone(),
+            created_at: ep.created_at,
+            updated_at: ep.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointList {
+    pub items: Vec<EndpointOut>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEndpoint {
+    /// `https://` (or `http://` to private hosts when the deployment allows it).
+    pub url: String,
+    #[serde(default)]
+    pub event_types: Vec<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `whsec_` + base64 of at least 24 bytes; generated when absent.
+    #[serde(default)]
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEndpoint {
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Disabled endpoints receive nothing new; pending deliveries fail.
+    #[serde(default)]
+    pub disabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSecret {
+    /// The new secret; generated when absent. The old one keeps signing
+    /// alongside it for the deployment's rotation overlap (24 h by default).
+    #[serde(default)]
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EventOut {
+    pub id: String,
+    pub event_type: String,
+    pub created_at: DateTime<Utc>,
+    /// The payload as accepted.
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// Endpoints still to get a delivery item (large fan-outs, in chunks).
+    pub fanout_pending: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AttemptOut {
+    /// 1-based within the current attempt budget.
+    pub attempt: u32,
+    pub at: DateTime<Utc>,
+    /// Null when no response came (timeout, refused, reset).
+    pub status_code: Option<u16>,
+    pub latency_ms: u64,
+    pub error: Option<String>,
+    /// The first KiB of the response body.
+    pub response_body: Option<String>,
+}
+
+impl From<&Attempt> for AttemptOut {
+    fn from(a: &Attempt) -> Self {
+        Self {
+            attempt: a.attempt,
+            at: a.at,
+            status_code: a.status_code,
+            latency_ms: a.latency_ms,
+            error: a.error.clone(),
+            response_body: a.response_body.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryOut {
+    pub id: String,
+    pub event_id: String,
+    pub endpoint_id: String,
+    pub event_type: String,
+    /// `pending`, `delivered` or `failed`.
+    pub status: String,
+    pub attempt_count: u32,
+    pub total_attempts: u32,
+    pub manual_retries: u32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// What receivers see as `webhook-id`: stable across every retry.
+    pub message_id: String,
+    /// Oldest first (the most recent 30); in the detail answer only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptOut>>,
+}
+
+impl DeliveryOut {
+    pub fn new(d: &Delivery, with_attempts: bool) -> Self {
+        Self {
+            id: d.id.to_string(),
+            event_id: d.event_id.to_string(),
+            endpoint_id: d.endpoint_id.to_string(),
+            event_type: d.event_type.to_string(),
+            status: d.status.to_string(),
+            attempt_count: d.attempt_count,
+            total_attempts: d.total_attempts,
+            manual_retries: d.manual_retries,
+            next_attempt_at: d.next_attempt_at,
+            created_at: d.created_at,
+            updated_at: d.updated_at,
+            message_id: d.message_id().to_string(),
+            attempts: with_attempts.then(|| d.attempts.iter().map(AttemptOut::from).collect()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryList {
+    /// Newest first.
+    pub items: Vec<DeliveryOut>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Filters of `GET /v1/apps/{app_id}/deliveries` (all optional).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryFilters {
+    /// `pending`, `delivered` or `failed`.
+    pub status: Option<String>,
+    pub endpoint_id: Option<String>,
+    /// An exact event type.
+    pub event_type: Option<String>,
+    /// RFC 3339; deliveries created at or after it.
+    pub created_after: Option<String>,
+    /// RFC 3339; deliveries created before it.
+    pub created_before: Option<String>,
+    /// 1..=500, default 50.
+    pub limit: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateApiKey {
+    /// A label for people ("billing service").
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// An API key; `key` only in the answer to create (it is stored hashed).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ApiKeyOut {
+    pub id: String,
+    pub app_id: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl ApiKeyOut {
+    pub fn new(k: &ApiKey, key: Option<String>) -> Self {
+        Self {
+            id: k.id.to_string(),
+            app_id: k.app_id.to_string(),
+            name: k.name.clone(),
+            key,
+            created_at: k.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyList {
+    pub items: Vec<ApiKeyOut>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DlqStatus {
+    /// Approximate number of messages in the dead-letter queue.
+    pub depth: u64,
+}
+
+/// `{app_id}` in a path.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct AppPath {
+    /// The tenant: 1-64 characters of `A-Z a-z 0-9 _ - .`.
+    pub app_id: String,
+}
+
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct EndpointPath {
+    pub app_id: String,
+    pub endpoint_id: String,
+}
+
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct DeliveryPath {
+    pub app_id: String,
+    pub delivery_id: String,
+}
+
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct EventPath {
+    pub app_id: String,
+    pub event_id: String,
+}
+
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ApiKeyPath {
+    pub app_id: String,
+    pub key_id: String,
+}
+
+/// The optional `Idempotency-Key` header of event ingestion.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyHeader {
+    /// Up to 255 visible ASCII characters; the same key again within 24 h
+    /// returns the first answer and writes nothing.
+    #[param(rename = "Idempotency-Key")]
+    pub idempotency_key: Option<String>,
+}

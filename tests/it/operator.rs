@@ -1,0 +1,368 @@
+//! The operator API on moto: app-scoped API keys and tenancy, bulk recover
+//! of an endpoint's failed deliveries, time-range filters, the DLQ status,
+//! and the OpenAPI document / dashboard routes.
+
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use hookline_core::model::DeliveryStatus;
+use hookline_tests::receiver::{Receiver, Reply};
+use hookline_tests::stack::Stack;
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(60);
+
+/// One request with `key` as the bearer token.
+async fn call_as(
+    stack: &Stack,
+    key: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let headers = vec![
+        ("authorization".to_owned(), format!("Bearer {key}")),
+        ("content-type".to_owned(), "application/json".to_owned()),
+    ];
+    let body = body.map(|b| b.to_string());
+    let (status, _, value) = stack
+        .raw_call(method, path, &headers, body.as_deref())
+        .await;
+    (status, value)
+}
+
+async fn new_key(stack: &Stack, app: &str) -> (String, String) {
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/{app}/api-keys"),
+            Some(json!({"name": format!("{app} service")})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    (
+        body["id"].as_str().expect("key id").to_owned(),
+        body["key"].as_str().expect("key").to_owned(),
+    )
+}
+
+fn rfc3339(t: chrono::DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_keys_never_reach_another_app() {
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    let (acme_key_id, acme_key) = new_key(&stack, "acme").await;
+    let (_, globex_key) = new_key(&stack, "globex").await;
+
+    // Each key works on its own app.
+    let (status, acme_ep) = call_as(
+        &stack,
+        &acme_key,
+        "POST",
+        "/v1/apps/acme/endpoints",
+        Some(json!({"url": receiver.url})),
+    )
+    .await;
+    assert_eq!(status, 201, "{acme_ep}");
+    let acme_ep = acme_ep["id"].as_str().unwrap().to_owned();
+    let (status, accepted) = call_as(
+        &stack,
+        &acme_key,
+        "POST",
+        "/v1/apps/acme/events",
+        Some(json!({"event_type": "order.paid", "payload": {"n": 1}})),
+    )
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    let acme_event = accepted["event_id"].as_str().unwrap().to_owned();
+    let acme_delivery = accepted["delivery_ids"][0].as_str().unwrap().to_owned();
+    let (status, globex_ep) = call_as(
+        &stack,
+        &globex_key,
+        "POST",
+        "/v1/apps/globex/endpoints",
+        Some(json!({"url": receiver.url})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let globex_ep = globex_ep["id"].as_str().unwrap().to_owned();
+
+    // acme's key on every globex route: 403, and nothing changes.
+    let globex_routes: Vec<(&str, String, Option<Value>)> = vec![
+        ("GET", "/v1/apps/globex/endpoints".into(), None),
+        (
+            "POST",
+            "/v1/apps/globex/endpoints".into(),
+            Some(json!({"url": receiver.url})),
+        ),
+        (
+            "GET",
+            format!("/v1/apps/globex/endpoints/{globex_ep}"),
+            None,
+        ),
+        (
+            "PATCH",
+            format!("/v1/apps/globex/endpoints/{globex_ep}"),
+            Some(json!({"disabled": true})),
+        ),
+        (
+            "DELETE",
+            format!("/v1/apps/globex/endpoints/{globex_ep}"),
+            None,
+        ),
+        (
+            "POST",
+            format!("/v1/apps/globex/endpoints/{globex_ep}/rotate-secret"),
+            None,
+        ),
+        (
+            "POST",
+            format!("/v1/apps/globex/endpoints/{globex_ep}/recover"),
+            Some(json!({"since": "2020-01-01T00:00:00Z"})),
+        ),
+        (
+            "POST",
+            "/v1/apps/globex/events".into(),
+            Some(json!({"event_type": "order.paid", "payload": {}})),
+        ),
+        ("GET", format!("/v1/apps/globex/events/{acme_event}"), None),
+        ("GET", "/v1/apps/globex/deliveries".into(), None),
+        (
+            "GET",
+            format!("/v1/apps/globex/deliveries/{acme_delivery}"),
+            None,
+        ),
+        (
+            "POST",
+            format!("/v1/apps/globex/deliveries/{acme_delivery}/retry"),
+            None,
+        ),
+    ];
+    for (method, path, body) in &globex_routes {
+        let (status, err) = call_as(&stack, &acme_key, method, path, body.clone()).await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "{method} {path}: {err}"
+        );
+    }
+    // Admin-only routes refuse app keys.
+    for (method, path) in [
+        ("POST", "/v1/apps/acme/api-keys"),
+        ("GET", "/v1/apps/acme/api-keys"),
+        ("GET", "/v1/dlq"),
+        ("POST", "/v1/dlq/redrive"),
+    ] {
+        let (status, _) = call_as(&stack, &acme_key, method, path, None).await;
+        assert_eq!(status, 403, "{method} {path}");
+    }
+    // globex's key cannot see acme's objects through its own app either.
+    for path in [
+        format!("/v1/apps/globex/events/{acme_event}"),
+        format!("/v1/apps/globex/deliveries/{acme_delivery}"),
+        format!("/v1/apps/globex/endpoints/{acme_ep}"),
+    ] {
+        let (status, _) = call_as(&stack, &globex_key, "GET", &path, None).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (_, listed) = call_as(
+        &stack,
+        &globex_key,
+        "GET",
+        "/v1/apps/globex/endpoints",
+        None,
+    )
+    .await;
+    let ids: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![globex_ep.as_str()],
+        "globex unchanged by acme's key"
+    );
+    let (status, _) = call_as(
+        &stack,
+        &globex_key,
+        "GET",
+        &format!("/v1/apps/globex/endpoints/{globex_ep}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "not deleted, not disabled");
+
+    // Keys are listed without the key or its hash; revoking is immediate.
+    let (status, _, keys) = stack.call("GET", "/v1/apps/acme/api-keys", None, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(keys["items"].as_array().unwrap().len(), 1);
+    assert!(keys["items"][0].get("key").is_none());
+    let secret_part = acme_key.split_once('.').unwrap().1;
+    assert!(!keys.to_string().contains(secret_part));
+    let (status, _, _) = stack
+        .call(
+            "DELETE",
+            &format!("/v1/apps/acme/api-keys/{acme_key_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, err) = call_as(&stack, &acme_key, "GET", "/v1/apps/acme/endpoints", None).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    assert!(!err.to_string().contains(secret_part));
+    // A forged key with a real id is refused.
+    let forged = format!("{acme_key_id}.{}", "A".repeat(43));
+    let (status, _) = call_as(&stack, &forged, "GET", "/v1/apps/acme/endpoints", None).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_recover_and_time_range_filters() {
+    let stack = Stack::start(&[
+        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
+        ("WEBHOOKS_MAX_ATTEMPTS", "1"),
+    ])
+    .await;
+    let down = Receiver::start(vec![], Reply::Status(503)).await;
+    let (ep, _) = stack.create_endpoint("shop", &down.url, &[]).await;
+    let start = Utc::now();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let (status, body) = stack
+            .send_event("shop", "order.paid", json!({"i": i}), None)
+            .await;
+        assert_eq!(status, 202);
+        ids.push(body["delivery_ids"][0].as_str().unwrap().to_owned());
+    }
+    let end = Utc::now() + chrono::Duration::milliseconds(1);
+    assert!(
+        stack
+            .pump_until(T, || async {
+                let mut failed = 0;
+                for id in &ids {
+                    if stack.delivery(id).await.status == DeliveryStatus::Failed {
+                        failed += 1;
+                    }
+                }
+                failed == ids.len()
+            })
+            .await,
+        "all five fail (one attempt each)"
+    );
+
+    // Time-range filters are sort-key ranges on the GSIs.
+    let count = |q: String| {
+        let stack = &stack;
+        async move {
+            let path = format!("/v1/apps/shop/deliveries?{q}");
+            let (status, _, body) = stack.call("GET", &path, None, &[]).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            body["items"].as_array().unwrap().len()
+        }
+    };
+    let (a, b) = (rfc3339(start), rfc3339(end));
+    assert_eq!(
+        count(format!("created_after={a}&created_before={b}")).await,
+        5
+    );
+    assert_eq!(count(format!("status=failed&created_after={a}")).await, 5);
+    assert_eq!(
+        count(format!("endpoint_id={ep}&created_before={b}")).await,
+        5
+    );
+    assert_eq!(count(format!("created_after={b}")).await, 0);
+    assert_eq!(count(format!("created_before={a}")).await, 0);
+    // A window with cursor pagination: 2 + 2 + 1.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..4 {
+        let path = format!("/v1/apps/shop/deliveries?limit=2&created_after={a}{cursor}");
+        let (_, _, page) = stack.call("GET", &path, None, &[]).await;
+        seen.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["id"].as_str().unwrap().to_owned()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    let mut expected = ids.clone();
+    expected.sort_by(|x, y| y.cmp(x));
+    assert_eq!(seen, expected);
+    for bad in [
+        "created_after=yesterday",
+        "created_after=2026-01-02T00:00:00Z&created_before=2026-01-01T00:00:00Z",
+        "colour=red",
+    ] {
+        let (status, _, err) = stack
+            .call("GET", &format!("/v1/apps/shop/deliveries?{bad}"), None, &[])
+            .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (400, Some("invalid_query")),
+            "{bad}: {err}"
+        );
+    }
+
+    // Bulk recover: the endpoint is back; every failed delivery since `start`
+    // starts again and is delivered.
+    down.set_fallback(Reply::Status(200));
+    let recover = format!("/v1/apps/shop/endpoints/{ep}/recover");
+    let (status, _, err) = stack
+        .call("POST", &recover, Some(json!({"since": "not a time"})), &[])
+        .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (400, Some("invalid_body"))
+    );
+    let (status, _, report) = stack
+        .call("POST", &recover, Some(json!({"since": a})), &[])
+        .await;
+    assert_eq!(status, 202, "{report}");
+    assert_eq!(report["recovered"], 5, "{report}");
+    assert_eq!(report["complete"], true);
+    assert!(
+        stack
+            .pump_until(T, || async {
+                let mut delivered = 0;
+                for id in &ids {
+                    if stack.delivery(id).await.status == DeliveryStatus::Delivered {
+                        delivered += 1;
+                    }
+                }
+                delivered == ids.len()
+            })
+            .await,
+        "recovered deliveries are delivered"
+    );
+    let (_, _, again) = stack
+        .call("POST", &recover, Some(json!({"since": a})), &[])
+        .await;
+    assert_eq!(again["recovered"], 0, "nothing failed is left: {again}");
+    let detail = stack.delivery(&ids[0]).await;
+    assert_eq!(detail.manual_retries, 1);
+    assert_eq!(detail.total_attempts, 2);
+
+    // The DLQ status route answers the admin key.
+    let (status, _, dlq) = stack.call("GET", "/v1/dlq", None, &[]).await;
+    assert_eq!(status, 200, "{dlq}");
+    assert!(dlq["depth"].is_u64());
+
+    // The public routes need no key.
+    let (status, _, doc) = stack.raw_call("GET", "/openapi.json", &[], None).await;
+    assert_eq!((status, doc["openapi"].as_str()), (200, Some("3.1.0")));
+}
