@@ -115,6 +115,18 @@ invoke IngestFunction events/api-list-endpoints.json "$work/list.out"
 check http "$work/list.out" 200 items.0.id >/dev/null
 if grep -qF "$secret" "$work/list.out"; then echo "secret leaked in a list response"; exit 1; fi
 ok "ingest: GET endpoints -> 200 without secrets"
+invoke IngestFunction events/api-openapi.json "$work/openapi.out"
+check http "$work/openapi.out" 200 openapi >/dev/null
+ok "ingest: GET /openapi.json (no key) -> 200, OpenAPI document"
+invoke IngestFunction events/api-create-api-key.json "$work/key.out"
+app_key=$(check http "$work/key.out" 201 key)
+sed "s#Bearer local-admin-key#Bearer $app_key#" events/api-list-endpoints.json > "$work/list-as-app.json"
+invoke IngestFunction "$work/list-as-app.json" "$work/list-as-app.out"
+check http "$work/list-as-app.out" 200 items.0.id >/dev/null
+sed "s#/v1/apps/demo/#/v1/apps/other/#g" "$work/list-as-app.json" > "$work/list-other.json"
+invoke IngestFunction "$work/list-other.json" "$work/list-other.out"
+check http "$work/list-other.out" 403 >/dev/null
+ok "ingest: app-scoped key created (stored hashed in the table), works on its app, 403 on another"
 
 echo "== DispatchFunction"
 invoke DispatchFunction events/stream-insert-delivery.json "$work/d1.out"

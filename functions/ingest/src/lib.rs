@@ -255,6 +255,26 @@ mod tests {
         let (status, report) = call(&api, include_str!("../../../events/api-redrive.json")).await;
         assert_eq!(status, 200, "{report}");
         assert_eq!(report["dry_run"], true);
+        let (status, doc) = call(&api, include_str!("../../../events/api-openapi.json")).await;
+        assert_eq!((status, doc["openapi"].as_str()), (200, Some("3.1.0")));
+        let (status, key) = call(
+            &api,
+            include_str!("../../../events/api-create-api-key.json"),
+        )
+        .await;
+        assert_eq!(status, 201, "{key}");
+        assert!(key["key"].as_str().unwrap().starts_with("key_"));
+        let (status, dlq) = call(&api, include_str!("../../../events/api-dlq-status.json")).await;
+        assert_eq!((status, dlq["depth"].as_u64()), (200, Some(0)));
+        let (status, recover) = call(
+            &api,
+            include_str!("../../../events/api-recover-endpoint.json"),
+        )
+        .await;
+        assert_eq!(
+            (status, recover["error"]["code"].as_str()),
+            (404, Some("not_found"))
+        );
         let (status, missing) =
             call(&api, include_str!("../../../events/api-get-delivery.json")).await;
         assert_eq!(

@@ -220,6 +220,8 @@ async fn up(
             o,
             "  API        {api}   (Authorization: Bearer <admin key>)"
         );
+        let _ = writeln!(o, "  dashboard  {api}/dashboard");
+        let _ = writeln!(o, "  OpenAPI    {api}/openapi.json");
         let _ = writeln!(o, "  admin key  {admin_key}");
         let _ = writeln!(o, "  AWS        {endpoint_url} (moto)");
         let _ = writeln!(

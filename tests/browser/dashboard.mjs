@@ -1,0 +1,196 @@
+// The dashboard in a real browser (headless Debian Chromium, driven by
+// playwright-core) against the whole local stack (`hookline-local up` on moto):
+// it loads the page, connects with the admin key, filters to failed
+// deliveries, retries one with a click, and watches it become delivered;
+// then saves a screenshot of the real data.
+//
+//   node tests/browser/dashboard.mjs <hookline-local binary> <output dir>
+//
+// Everything runs on loopback; the processes started here are killed by PID
+// (the stack stops its moto child itself on SIGTERM).
+import { spawn } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const [binary, outDir] = process.argv.slice(2);
+if (!binary || !outDir) {
+  console.error("usage: dashboard.mjs <hookline-local binary> <output dir>");
+  process.exit(2);
+}
+mkdirSync(outDir, { recursive: true });
+const ADMIN_KEY = "browser-test-admin-key";
+const APP = "shop";
+const deadline = Date.now() + 240_000; // the whole test is bounded
+const cleanups = [];
+
+function check(cond, message) {
+  if (!cond) throw new Error("check failed: " + message);
+  console.log("ok   " + message);
+}
+
+async function until(what, fn, ms = 60_000) {
+  const end = Math.min(Date.now() + ms, deadline);
+  for (;;) {
+    const v = await fn().catch(() => null);
+    if (v) return v;
+    if (Date.now() > end) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+// A receiver on loopback: the "flaky" endpoint answers 503 until it is fixed.
+function receiver() {
+  const state = { healthy: false, hits: 0 };
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      state.hits += 1;
+      if (state.healthy) { res.writeHead(200, { "content-type": "text/plain" }); res.end("thanks"); }
+      else { res.writeHead(503, { "content-type": "text/plain" }); res.end("down for maintenance"); }
+    });
+  });
+  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => {
+    cleanups.push(() => server.close());
+    resolve({ state, url: `http://127.0.0.1:${server.address().port}/hook` });
+  }));
+}
+
+function startStack() {
+  const child = spawn(binary, ["up", "--port", "0", "--template", "template.yaml"], {
+    env: {
+      ...process.env,
+      WEBHOOKS_ADMIN_KEY: ADMIN_KEY,
+      WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS: "true",
+      WEBHOOKS_RETRY_SCHEDULE: "1s",
+      WEBHOOKS_MAX_ATTEMPTS: "2",
+      WEBHOOKS_DELIVERY_TIMEOUT: "2s",
+      RUST_LOG: "warn",
+    },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  cleanups.push(() => new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve();
+    const kill = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    child.once("exit", () => { clearTimeout(kill); resolve(); });
+    child.kill("SIGTERM");
+  }));
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const timer = setTimeout(() => reject(new Error("stack did not start: " + out)), 90_000);
+    child.stdout.on("data", (chunk) => {
+      out += chunk;
+      const m = out.match(/API\s+(http:\/\/127\.0\.0\.1:\d+)/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    child.once("exit", (code) => reject(new Error(`stack exited (${code}): ${out}`)));
+  });
+}
+
+async function main() {
+  const flaky = await receiver();
+  const healthy = await receiver();
+  healthy.state.healthy = true;
+  const base = await startStack();
+  console.log("stack at " + base);
+  const call = async (method, p, body) => {
+    const res = await fetch(base + p, {
+      method,
+      headers: { authorization: "Bearer " + ADMIN_KEY, "content-type": "application/json" },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : null };
+  };
+  const flakyEp = await call("POST", `/v1/apps/${APP}/endpoints`, { url: flaky.url, description: "billing" });
+  check(flakyEp.status === 201, "endpoint created on the local stack");
+  await call("POST", `/v1/apps/${APP}/endpoints`, { url: healthy.url, event_types: ["order.*"] });
+
+  for (const [i, type] of ["order.paid", "order.shipped", "user.created"].entries()) {
+    const r = await call("POST", `/v1/apps/${APP}/events`, { event_type: type, payload: { n: i, total: 1999 } });
+    check(r.status === 202, `event ${type} accepted`);
+
+  }
+  await until("the flaky endpoint's deliveries to fail", async () => {
+    const r = await call("GET", `/v1/apps/${APP}/deliveries?status=failed`);
+    return r.body.items.length === 3;
+  });
+  console.log("ok   3 deliveries failed (2 attempts each), 2 delivered");
+  flaky.state.healthy = true; // the receiver is fixed: a retry will succeed
+
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  cleanups.unshift(() => browser.close());
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  const consoleErrors = [];
+  // The wrong-key step's 401 is expected; any other console error is not.
+  page.on("console", (m) => {
+    if (m.type() === "error" && !m.text().includes("status of 401")) consoleErrors.push(m.text());
+  });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+
+  await page.goto(base + "/dashboard");
+  check(await page.title() === "hookline · deliveries", "dashboard loads");
+  await page.fill("#login-app", APP);
+  await page.fill("#login-key", "wrong-key");
+  await page.click("#connect");
+  await page.waitForFunction(() => document.querySelector("#login-error").textContent.includes("refused"));
+  check(true, "a wrong key is refused");
+  await page.fill("#login-key", ADMIN_KEY);
+  await page.click("#connect");
+  await page.waitForSelector("#rows tr.delivery");
+  check(await page.locator("#rows tr.delivery").count() === 5, "all 5 deliveries listed");
+  await page.waitForFunction(() => /^\d+$/.test(document.querySelector("#dlq-depth").textContent));
+  check(true, "DLQ depth shown: " + await page.textContent("#dlq-depth"));
+
+  await page.selectOption("#f-status", "failed");
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll("#rows tr.delivery")];
+    return rows.length === 3 && rows.every((r) => r.dataset.status === "failed");
+  });
+  check(true, "filtered to the 3 failed deliveries");
+  const target = await page.getAttribute("#rows tr.delivery >> nth=0", "data-id");
+  await page.click(`#rows tr.delivery[data-id="${target}"]`);
+  await page.waitForSelector("#timeline li");
+  const attemptsBefore = await page.locator("#timeline li").count();
+  check(attemptsBefore === 2, "timeline shows the 2 failed attempts");
+  check((await page.textContent("#timeline")).includes("503"), "timeline shows the status codes");
+  await page.click(`#rows button.retry[data-id="${target}"]`);
+  await page.waitForFunction(
+    (id) => !document.querySelector(`#rows tr.delivery[data-id="${id}"]`), target, { timeout: 30_000 });
+  check(true, "retried delivery leaves the failed list");
+  await page.waitForFunction(() => {
+    const badge = document.querySelector("#detail .badge");
+    return badge && badge.textContent === "delivered";
+  }, null, { timeout: 60_000 });
+  check(true, "the retried delivery becomes delivered (live refresh)");
+  check((await page.textContent("#timeline")).includes("200"), "timeline shows the 200");
+  const api = await call("GET", `/v1/apps/${APP}/deliveries/${target}`);
+  check(api.body.status === "delivered" && api.body.manual_retries === 1, "the API agrees");
+
+  await page.selectOption("#f-status", "");
+  await page.waitForFunction(() => document.querySelectorAll("#rows tr.delivery").length === 5);
+  await page.waitForFunction(() => document.querySelector("#count-delivered").textContent === "3");
+  const shot = path.join(outDir, "dashboard.png");
+  await page.screenshot({ path: shot, fullPage: true });
+  check(true, "screenshot saved: " + shot);
+  check(consoleErrors.length === 0, "no console errors" + (consoleErrors.length ? ": " + consoleErrors.join("; ") : ""));
+  writeFileSync(path.join(outDir, "dashboard.txt"),
+    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; screenshot ${shot}\n`);
+}
+
+let failed = false;
+try {
+  await main();
+} catch (e) {
+  failed = true;
+  console.error("FAIL " + (e && e.stack || e));
+} finally {
+  for (const c of cleanups) { try { await c(); } catch (_) { /* best effort */ } }
+}
+console.log(failed ? "browser: FAILED" : "browser: passed");
+process.exit(failed ? 1 : 0);
