@@ -89,7 +89,7 @@ invoke() { # FUNCTION EVENT_FILE OUT
   PYTHONPATH="$root/tests/sam/hostnet" sam local invoke "$1" -e "$2" --template .aws-sam/build/template.yaml --env-vars "$work/env.json" \
     --parameter-overrides Architecture=x86_64 DeployExampleReceiver=true \
     --skip-pull-image --invoke-image "$invoke_image" --docker-network host \
-    >"$3" 2>"$3.err" || { echo "sam local invoke $1 failed"; tail -30 "$3.err"; cat "$3"; exit 1; }
+    >"$3" 2>"$3.err" || { echo "sam local invoke $1 failed"; grep -v "^  " "$3.err" | tail -40; cat "$3"; exit 1; }
 }
 
 echo "== IngestFunction"

@@ -55,7 +55,7 @@ async fn sigkilled_worker_loses_nothing() {
         .await;
     receiver.set_secret(&secret_a);
 
-    const EVENTS: usize = 60;
+    const EVENTS: usize = 300;
     let mut delivery_ids = Vec::new();
     for i in 0..EVENTS {
         let (status, body) = stack
@@ -102,9 +102,14 @@ async fn sigkilled_worker_loses_nothing() {
 
     // A last worker drains everything.
     let mut worker = spawn_worker(&bin, &stack.moto.url, &checkpoint, &env);
-    let deadline = Instant::now() + Duration::from_secs(180);
+    let deadline = Instant::now() + Duration::from_secs(300);
     let mut delivered = 0;
     while Instant::now() < deadline {
+        // Cheap signal first (the receiver), then the table's word on each.
+        if receiver.unique_accepted() < expected {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
         delivered = 0;
         for id in &delivery_ids {
             if stack.delivery(id).await.status == DeliveryStatus::Delivered {
@@ -115,6 +120,14 @@ async fn sigkilled_worker_loses_nothing() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if delivered < expected {
+        delivered = 0;
+        for id in &delivery_ids {
+            if stack.delivery(id).await.status == DeliveryStatus::Delivered {
+                delivered += 1;
+            }
+        }
     }
     worker.kill().expect("stop the last worker");
     worker.wait().expect("reap the last worker");

@@ -2,8 +2,10 @@
 //! each module is one area, run against moto and real loopback receivers.
 
 mod crash;
+mod faults;
 mod local_stack;
 mod operator;
 mod outbox;
 mod pipeline;
 mod receiver;
+mod security;

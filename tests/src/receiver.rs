@@ -18,6 +18,17 @@ pub enum Reply {
     RetryAfter(u16, String),
     /// Wait this long, then answer 200 (for timeouts).
     Slow(Duration),
+    /// A redirect to `location`.
+    Redirect {
+        status: u16,
+        location: String,
+    },
+    /// A status with exactly these body bytes (e.g. invalid UTF-8).
+    Body(u16, Vec<u8>),
+    /// A status with a streamed body of this many bytes.
+    Huge(u16, usize),
+    /// 200, then the body trickles one byte per interval, without end.
+    Trickle(Duration),
 }
 
 /// A request the receiver got.
@@ -80,8 +91,12 @@ async fn handle(
         _ => (false, false),
     };
     let answered = match &reply {
-        Reply::Status(s) | Reply::RetryAfter(s, _) => *s,
-        Reply::Slow(_) => 200,
+        Reply::Status(s)
+        | Reply::RetryAfter(s, _)
+        | Reply::Redirect { status: s, .. }
+        | Reply::Body(s, _)
+        | Reply::Huge(s, _) => *s,
+        Reply::Slow(_) | Reply::Trickle(_) => 200,
     };
     lock(&state.received).push(Received {
         at: Instant::now(),
@@ -109,6 +124,34 @@ async fn handle(
         Reply::Slow(d) => {
             tokio::time::sleep(d).await;
             (StatusCode::OK, "slow ok").into_response()
+        }
+        Reply::Redirect { status, location } => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::FOUND),
+            [("location", location)],
+            "moved",
+        )
+            .into_response(),
+        Reply::Body(s, bytes) => {
+            (StatusCode::from_u16(s).unwrap_or(StatusCode::OK), bytes).into_response()
+        }
+        Reply::Huge(s, len) => {
+            let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+            let chunks = len.div_ceil(chunk.len());
+            let stream = futures::stream::iter(
+                (0..chunks).map(move |_| Ok::<_, std::io::Error>(chunk.clone())),
+            );
+            (
+                StatusCode::from_u16(s).unwrap_or(StatusCode::OK),
+                axum::body::Body::from_stream(stream),
+            )
+                .into_response()
+        }
+        Reply::Trickle(every) => {
+            let stream = futures::stream::unfold((), move |()| async move {
+                tokio::time::sleep(every).await;
+                Some((Ok::<_, std::io::Error>(bytes::Bytes::from_static(b".")), ()))
+            });
+            (StatusCode::OK, axum::body::Body::from_stream(stream)).into_response()
         }
     }
 }

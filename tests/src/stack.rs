@@ -61,6 +61,7 @@ impl Stack {
             env: test_env(env),
             admin_key: ADMIN_KEY.into(),
             checkpoint_file: None,
+            counters: None,
         })
         .await
         .expect("local stack on moto");

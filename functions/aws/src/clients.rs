@@ -58,6 +58,27 @@ impl Clients {
         }
     }
 
+    /// Clients whose every request is counted by `counter`.
+    pub fn counted(config: &SdkConfig, counter: &crate::counting::CallCounter) -> Self {
+        Self {
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(config)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::config::Builder::from(config)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            streams: aws_sdk_dynamodbstreams::Client::from_conf(
+                aws_sdk_dynamodbstreams::config::Builder::from(config)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+        }
+    }
+
     pub async fn from_env() -> Self {
         Self::from_config(&sdk_config().await)
     }
@@ -87,17 +108,13 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Settings, store and queue from the environment: what every function's
-/// `main` builds once before `lambda_runtime::run`.
-pub async fn deps_from_env() -> Result<
-    (
-        hookline_pipeline::Settings,
-        crate::DynamoStore,
-        crate::SqsQueue,
-    ),
-    hookline_pipeline::PipelineError,
-> {
-    let settings = hookline_pipeline::Settings::from_env()?;
+/// The store and queue for `settings`, on clients from the environment.
+/// Functions call this lazily, on their first invocation: building the SDK
+/// configuration (credential chain, TLS roots) is most of a cold start, and
+/// init stays as fast as a hello-world function.
+pub async fn store_and_queue(
+    settings: &hookline_pipeline::Settings,
+) -> (crate::DynamoStore, crate::SqsQueue) {
     let clients = Clients::from_env().await;
     let mut store = crate::DynamoStore::new(
         clients.dynamodb.clone(),
@@ -112,6 +129,20 @@ pub async fn deps_from_env() -> Result<
         settings.queue_url.clone(),
         settings.dlq_url.clone(),
     );
+    (store, queue)
+}
+
+/// Settings, store and queue from the environment, all at once.
+pub async fn deps_from_env() -> Result<
+    (
+        hookline_pipeline::Settings,
+        crate::DynamoStore,
+        crate::SqsQueue,
+    ),
+    hookline_pipeline::PipelineError,
+> {
+    let settings = hookline_pipeline::Settings::from_env()?;
+    let (store, queue) = store_and_queue(&settings).await;
     Ok((settings, store, queue))
 }
 

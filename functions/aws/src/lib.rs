@@ -11,9 +11,12 @@
 //! - [`local`]: the local event-source poller (stream -> dispatch, queue ->
 //!   deliver) that stands in for Lambda's event source mappings offline.
 //! - [`seen`]: [`seen::DynamoSeenStore`], the receiver kit's seen store on DynamoDB.
+//! - [`counting`]: an SDK interceptor counting every request by operation,
+//!   with estimated DynamoDB capacity units (the benchmark's cost model).
 //! - [`error`]: SDK errors -> `PipelineError` with retryability.
 
 pub mod clients;
+pub mod counting;
 pub mod error;
 pub mod local;
 pub mod outbox;

@@ -1,13 +1,20 @@
 use aws_lambda_events::event::dynamodb::Event;
+use hookline_pipeline::Settings;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
+use tokio::sync::OnceCell;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
-    let (_settings, store, queue) = hookline_aws::clients::deps_from_env().await?;
+    // Settings checked at init; AWS clients built on the first batch.
+    let settings = Settings::from_env()?;
+    let deps = OnceCell::new();
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
-        let (store, queue) = (&store, &queue);
+        let (deps, settings) = (&deps, &settings);
         async move {
+            let (store, queue) = deps
+                .get_or_init(|| hookline_aws::clients::store_and_queue(settings))
+                .await;
             Ok::<_, Error>(
                 hookline_dispatch::handle(store, queue, event.payload, chrono::Utc::now()).await,
             )

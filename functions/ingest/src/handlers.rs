@@ -12,7 +12,7 @@ use hookline_pipeline::recover::{
     recover_endpoint, retry_failed, RecoverReport, RecoverRequest, RetryOutcome,
 };
 use hookline_pipeline::redrive::{redrive, RedriveReport, RedriveRequest};
-use hookline_pipeline::sender::check_endpoint_url;
+use hookline_pipeline::sender::{check_endpoint_url, check_resolved_host};
 use hookline_pipeline::PipelineError;
 use lambda_http::http::{HeaderValue, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
@@ -123,10 +123,15 @@ fn validate_description(description: Option<&String>) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_url<S, Q>(api: &Api<S, Q>, url: &str) -> Result<(), ApiError> {
-    check_endpoint_url(url, api.settings.allow_private_endpoints)
-        .map(|_| ())
-        .map_err(|reason| bad_request("invalid_url", reason))
+async fn check_url<S, Q>(api: &Api<S, Q>, url: &str) -> Result<(), ApiError> {
+    let parsed = check_endpoint_url(url, api.settings.allow_private_endpoints)
+        .map_err(|reason| bad_request("invalid_url", reason))?;
+    if !api.settings.allow_private_endpoints {
+        check_resolved_host(&parsed)
+            .await
+            .map_err(|reason| bad_request("invalid_url", reason))?;
+    }
+    Ok(())
 }
 
 async fn endpoint_of<S: Store, Q>(api: &Api<S, Q>, call: &Call<'_>) -> Result<Endpoint, ApiError> {
@@ -235,7 +240,7 @@ pub async fn create_endpoint<S: Store, Q>(
 ) -> Answer {
     let app = call.app()?;
     let req: CreateEndpoint = call.json()?;
-    check_url(api, &req.url)?;
+    check_url(api, &req.url).await?;
     validate_event_types(&req.event_types)?;
     validate_description(req.description.as_ref())?;
     let secret = match req.secret {
@@ -297,7 +302,7 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: &Call<'_>) -> A
     let req: UpdateEndpoint = call.json()?;
     let mut endpoint = endpoint_of(api, call).await?;
     if let Some(url) = req.url {
-        check_url(api, &url)?;
+        check_url(api, &url).await?;
         endpoint.url = url;
     }
     if let Some(types) = req.event_types {

@@ -1,22 +1,32 @@
 use hookline_ingest::{Api, ApiKeys};
+use hookline_pipeline::Settings;
 use lambda_http::{service_fn, Error, Request};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use tokio::sync::OnceCell;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
-    let (settings, store, queue) = hookline_aws::clients::deps_from_env().await?;
+    // Configuration is checked at init (a bad value fails the cold start);
+    // the AWS clients are built on the first request (fast init).
+    let settings = Settings::from_env()?;
     let keys = ApiKeys::from_env()?;
-    let api = Api {
-        store,
-        queue,
-        settings,
-        keys,
-    };
+    let api = OnceCell::new();
     lambda_http::run(service_fn(|request: Request| {
-        let api = &api;
+        let (api, settings, keys) = (&api, &settings, &keys);
         async move {
+            let api = api
+                .get_or_init(|| async {
+                    let (store, queue) = hookline_aws::clients::store_and_queue(settings).await;
+                    Api {
+                        store,
+                        queue,
+                        settings: settings.clone(),
+                        keys: keys.clone(),
+                    }
+                })
+                .await;
             let mut rng = StdRng::from_entropy();
             Ok::<_, Error>(
                 hookline_ingest::handle(api, request, chrono::Utc::now(), &mut rng).await,

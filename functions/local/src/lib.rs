@@ -70,12 +70,30 @@ pub struct LocalConfig {
     /// Where the stream checkpoints survive a restart (a crashed worker
     /// resumes after the last handled record, like Lambda's mapping).
     pub checkpoint_file: Option<PathBuf>,
+    /// Count every AWS request (the benchmark): the functions' requests and
+    /// the event-source pollers' (Lambda's mappings when deployed) apart.
+    pub counters: Option<LocalCounters>,
+}
+
+/// Request counters of a [`LocalStack`].
+#[derive(Debug, Clone, Default)]
+pub struct LocalCounters {
+    /// Requests the four functions' code makes (and resource setup).
+    pub functions: hookline_aws::counting::CallCounter,
+    /// Requests of the stream and queue pollers (event source mappings).
+    pub event_sources: hookline_aws::counting::CallCounter,
 }
 
 impl LocalStack {
     pub async fn start(config: LocalConfig) -> Result<Self, LocalError> {
         let sdk = local_sdk_config(&config.endpoint_url).await;
-        let clients = Clients::from_config(&sdk);
+        let (clients, source_clients) = match &config.counters {
+            Some(c) => (
+                Clients::counted(&sdk, &c.functions),
+                Clients::counted(&sdk, &c.event_sources),
+            ),
+            None => (Clients::from_config(&sdk), Clients::from_config(&sdk)),
+        };
         let template = Template::load(&config.template)?;
         let resources = LocalResources::create(&template, &clients, &config.prefix).await?;
         let mut vars = config.env.clone();
@@ -115,7 +133,7 @@ impl LocalStack {
             .event_source("DeliverFunction")
             .ok_or_else(|| LocalError::Template("DeliverFunction has no queue event".into()))?;
         let mut stream = StreamSource::new(
-            clients.streams.clone(),
+            source_clients.streams.clone(),
             pick(&resources.stream_arns, "Table")?,
             &dispatch_source,
             Some(serial),
@@ -126,7 +144,7 @@ impl LocalStack {
             }
         }
         let queue_source = QueueSource::new(
-            clients.sqs.clone(),
+            source_clients.sqs.clone(),
             pick(&resources.queue_urls, "DeliveryQueue")?,
             pick(&resources.queue_arns, "DeliveryQueue")?,
             &deliver_source,

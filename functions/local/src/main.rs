@@ -46,6 +46,7 @@ impl Target {
             env: webhooks_env(),
             admin_key,
             checkpoint_file: self.checkpoint_file,
+            counters: None,
         })
         .await?)
     }
@@ -181,8 +182,12 @@ async fn up(
         env.entry("WEBHOOKS_DELIVERY_TIMEOUT".into())
             .or_insert_with(|| "5s".into());
     }
-    let admin_key = match env.get("WEBHOOKS_ADMIN_KEY").filter(|k| !k.is_empty()) {
-        Some(k) => k.clone(),
+    let given_key = env
+        .get("WEBHOOKS_ADMIN_KEY")
+        .filter(|k| !k.is_empty())
+        .cloned();
+    let admin_key = match given_key.clone() {
+        Some(k) => k,
         None => hookline_core::signing::Secret::generate(&mut rand::thread_rng())
             .expose()
             .replace("whsec_", "hk_")
@@ -196,6 +201,7 @@ async fn up(
             env,
             admin_key: admin_key.clone(),
             checkpoint_file: None,
+            counters: None,
         })
         .await?,
     );
@@ -222,7 +228,15 @@ async fn up(
         );
         let _ = writeln!(o, "  dashboard  {api}/dashboard");
         let _ = writeln!(o, "  OpenAPI    {api}/openapi.json");
-        let _ = writeln!(o, "  admin key  {admin_key}");
+        // A key the user chose is not echoed; a generated one must be shown.
+        match &given_key {
+            Some(_) => {
+                let _ = writeln!(o, "  admin key  (the value of WEBHOOKS_ADMIN_KEY)");
+            }
+            None => {
+                let _ = writeln!(o, "  admin key  {admin_key}  (generated for this run)");
+            }
+        }
         let _ = writeln!(o, "  AWS        {endpoint_url} (moto)");
         let _ = writeln!(
             o,

@@ -82,11 +82,21 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
     /// as batch item failures (SQS makes them visible again, and after
     /// `maxReceiveCount` moves them to the DLQ).
     pub async fn handle_batch(&self, bodies: &[&str]) -> Vec<usize> {
-        let results =
-            futures::future::join_all(bodies.iter().map(|body| self.handle_body(body))).await;
-        results
-            .into_iter()
+        use futures::StreamExt;
+        // Owned futures first: a stream holding closures over borrowed bodies
+        // is not `Send` enough for `tokio::spawn` (higher-ranked lifetimes).
+        let tasks: Vec<_> = bodies
+            .iter()
             .enumerate()
+            .map(|(i, body)| async move { (i, self.handle_body(body).await) })
+            .collect();
+        let results: Vec<(usize, Result<DeliverOutcome, PipelineError>)> =
+            futures::stream::iter(tasks)
+                .buffer_unordered(self.settings.deliver_concurrency.max(1))
+                .collect()
+                .await;
+        let mut failed: Vec<usize> = results
+            .into_iter()
             .filter_map(|(i, r)| match r {
                 Ok(_) => None,
                 Err(err) => {
@@ -94,7 +104,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     Some(i)
                 }
             })
-            .collect()
+            .collect();
+        failed.sort_unstable();
+        failed
     }
 
     /// Parses and handles one message body.

@@ -84,10 +84,9 @@ pub fn check_endpoint_url(raw: &str, allow_private: bool) -> Result<url::Url, St
         Some(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
         Some(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
         Some(url::Host::Domain(d)) => {
-            if !allow_private
-                && (d.eq_ignore_ascii_case("localhost")
-                    || d.to_ascii_lowercase().ends_with(".localhost"))
-            {
+            // `localhost.` (fully qualified) is `localhost` too.
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            if !allow_private && (d == "localhost" || d.ends_with(".localhost") || d.is_empty()) {
                 return Err("localhost is not allowed".into());
             }
             None
@@ -102,6 +101,28 @@ pub fn check_endpoint_url(raw: &str, allow_private: bool) -> Result<url::Url, St
 }
 
 /// The error the guarded resolver returns for a name resolving to a private address.
+/// Registration-time DNS check of an endpoint URL (private endpoints not
+/// allowed): a name that resolves now to any non-public address is refused.
+/// A name that does not resolve (yet) is accepted: every send resolves again
+/// through the guarded resolver, which is the check that cannot be raced.
+pub async fn check_resolved_host(url: &url::Url) -> Result<(), String> {
+    let Some(url::Host::Domain(host)) = url.host() else {
+        return Ok(());
+    };
+    let port = url.port_or_known_default().unwrap_or(443);
+    let lookup = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::lookup_host((host.to_owned(), port)),
+    )
+    .await;
+    if let Ok(Ok(addrs)) = lookup {
+        if let Some(bad) = addrs.map(|a| a.ip()).find(|ip| !is_public_ip(*ip)) {
+            return Err(format!("{host} resolves to {bad}, not a public address"));
+        }
+    }
+    Ok(())
+}
+
 #[derive(Debug)]
 struct BlockedAddress(String);
 
@@ -320,6 +341,9 @@ mod tests {
             "https://[::ffff:7f00:1]/",
             "https://169.254.169.254/latest/meta-data",
             "https://localhost/",
+            "https://localhost./",
+            "https://LOCALHOST.:8443/",
+            "https://api.localhost./",
             "https://a.localhost/",
             "https://0.0.0.0/",
             "https://10.0.0.1:8443/x",

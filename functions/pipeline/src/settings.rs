@@ -31,6 +31,9 @@ pub struct Settings {
     pub endpoint_cache_ttl: Duration,
     /// `WEBHOOKS_SECRET_ROTATION_OVERLAP` (default 24h): old secret keeps signing.
     pub rotation_overlap: Duration,
+    /// `WEBHOOKS_DELIVER_CONCURRENCY` (default 10, 1..=100): POSTs one deliver
+    /// invocation makes at once (an SQS batch is at most 10 messages).
+    pub deliver_concurrency: usize,
 }
 
 impl Settings {
@@ -80,7 +83,20 @@ impl Settings {
             })?,
             None => 30,
         };
+        let deliver_concurrency = match get("WEBHOOKS_DELIVER_CONCURRENCY") {
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| {
+                    PipelineError::Config(format!(
+                        "WEBHOOKS_DELIVER_CONCURRENCY: `{v}` is not in 1..=100"
+                    ))
+                })?,
+            None => 10,
+        };
         Ok(Self {
+            deliver_concurrency,
             table: get("WEBHOOKS_TABLE").unwrap_or_else(|| "hookline".into()),
             queue_url: get("WEBHOOKS_QUEUE_URL").unwrap_or_default(),
             dlq_url: get("WEBHOOKS_DLQ_URL").unwrap_or_default(),
@@ -132,6 +148,7 @@ mod tests {
             ("WEBHOOKS_DELIVERY_TIMEOUT", "fast"),
             ("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "maybe"),
             ("WEBHOOKS_MAX_PAYLOAD_BYTES", "big"),
+            ("WEBHOOKS_DELIVER_CONCURRENCY", "0"),
         ] {
             let err = Settings::from_lookup(|key| (key == k).then(|| v.to_string())).unwrap_err();
             assert!(matches!(err, PipelineError::Config(_)), "{k}");

@@ -1,0 +1,231 @@
+//! Counting every AWS request by operation: an SDK interceptor that the
+//! benchmark (and anyone curious) attaches to the clients. Each HTTP attempt
+//! is counted (retries too: AWS bills them), with an estimate of the
+//! DynamoDB capacity the request consumes, from its body:
+//!
+//! - item size = attribute names + values (DynamoDB's rule); a write costs
+//!   one WRU per started KB, twice inside a transaction; each GSI copy of a
+//!   written item (both GSIs project ALL) costs as much again, and a GSI key
+//!   change costs a delete and a put in that index;
+//! - `UpdateItem` does not carry the whole item: its size is the update's
+//!   values plus `UPDATED_ITEM_BASE_BYTES`;
+//! - a consistent `GetItem` is 1 RRU per 4 KB, a `Query` at least 0.5 RRU.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Bytes assumed for the unchanged part of an item an `UpdateItem` rewrites
+/// (a delivery item with a short attempt log).
+pub const UPDATED_ITEM_BASE_BYTES: usize = 700;
+
+/// What one operation cost over a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OperationCount {
+    pub requests: u64,
+    /// Estimated DynamoDB write / read request units.
+    pub wru: f64,
+    pub rru: f64,
+}
+
+/// Shared counter: clone it into every client's config.
+#[derive(Debug, Clone, Default)]
+pub struct CallCounter {
+    counts: Arc<Mutex<BTreeMap<String, OperationCount>>>,
+}
+
+impl CallCounter {
+    /// Counts so far, by `Service.Operation`.
+    pub fn snapshot(&self) -> BTreeMap<String, OperationCount> {
+        self.counts.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    pub fn reset(&self) {
+        if let Ok(mut c) = self.counts.lock() {
+            c.clear();
+        }
+    }
+
+    fn record(&self, op: String, wru: f64, rru: f64) {
+        if let Ok(mut c) = self.counts.lock() {
+            let entry = c.entry(op).or_default();
+            entry.requests += 1;
+            entry.wru += wru;
+            entry.rru += rru;
+        }
+    }
+}
+
+/// DynamoDB's size of an attribute value (JSON wire form `{"S": ..}` etc.).
+fn value_size(v: &Value) -> usize {
+    let Some(obj) = v.as_object() else { return 0 };
+    let Some((ty, inner)) = obj.iter().next() else {
+        return 0;
+    };
+    match (ty.as_str(), inner) {
+        ("S", Value::String(s)) | ("B", Value::String(s)) => s.len(),
+        ("N", Value::String(n)) => n.len() / 2 + 1,
+        ("BOOL", _) | ("NULL", _) => 1,
+        ("L", Value::Array(items)) => 3 + items.iter().map(|i| value_size(i) + 1).sum::<usize>(),
+        ("M", Value::Object(map)) => {
+            3 + map
+                .iter()
+                .map(|(k, v)| k.len() + value_size(v) + 1)
+                .sum::<usize>()
+        }
+        ("SS", Value::Array(items)) | ("NS", Value::Array(items)) | ("BS", Value::Array(items)) => {
+            items.iter().map(|i| i.as_str().map_or(0, str::len)).sum()
+        }
+        _ => 0,
+    }
+}
+
+/// DynamoDB's size of an item: attribute names plus values.
+pub fn item_size(item: &Value) -> usize {
+    item.as_object()
+        .map_or(0, |m| m.iter().map(|(k, v)| k.len() + value_size(v)).sum())
+}
+
+fn kb_units(bytes: usize, unit: usize) -> f64 {
+    bytes.div_ceil(unit).max(1) as f64
+}
+
+/// WRU of writing `item` (a put): the table plus each GSI whose key it has.
+fn put_wru(item: &Value, factor: f64) -> f64 {
+    let units = kb_units(item_size(item), 1024);
+    let gsis = ["GSI1PK", "GSI2PK"]
+        .iter()
+        .filter(|k| item.get(**k).is_some())
+        .count() as f64;
+    units * factor + units * gsis
+}
+
+fn update_wru(update: &Value, factor: f64) -> f64 {
+    let values = update
+        .get("ExpressionAttributeValues")
+        .and_then(Value::as_object)
+        .map_or(0, |m| m.values().map(value_size).sum::<usize>());
+    let units = kb_units(values + UPDATED_ITEM_BASE_BYTES, 1024);
+    let expression = update
+        .get("UpdateExpression")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    // Deliveries carry both GSI keys: each update rewrites both GSI copies;
+    // a status change (GSI2PK set) also deletes the old GSI2 entry.
+    let is_delivery = update
+        .get("Key")
+        .and_then(|k| k.get("PK"))
+        .and_then(|pk| pk.get("S"))
+        .and_then(Value::as_str)
+        .is_some_and(|pk| pk.starts_with("DLV#"));
+    let gsi = if is_delivery {
+        2.0 * units
+            + if expression.contains("GSI2PK") {
+                1.0
+            } else {
+                0.0
+            }
+    } else {
+        0.0
+    };
+    units * factor + gsi
+}
+
+/// Estimated (WRU, RRU) of one DynamoDB request body.
+pub fn dynamodb_capacity(operation: &str, body: &Value) -> (f64, f64) {
+    match operation {
+        "PutItem" => (body.get("Item").map_or(1.0, |i| put_wru(i, 1.0)), 0.0),
+        "UpdateItem" => (update_wru(body, 1.0), 0.0),
+        "DeleteItem" => (1.0, 0.0),
+        "GetItem" => {
+            let consistent = body.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
+            (0.0, if consistent { 1.0 } else { 0.5 })
+        }
+        "Query" => (0.0, 0.5),
+        "TransactWriteItems" => {
+            let wru = body
+                .get("TransactItems")
+                .and_then(Value::as_array)
+                .map_or(0.0, |items| {
+                    items
+                        .iter()
+                        .map(|t| {
+                            if let Some(put) = t.get("Put") {
+                                put.get("Item").map_or(2.0, |i| put_wru(i, 2.0))
+                            } else if let Some(update) = t.get("Update") {
+                                update_wru(update, 2.0)
+                            } else {
+                                2.0 // ConditionCheck, Delete
+                            }
+                        })
+                        .sum()
+                });
+            (wru, 0.0)
+        }
+        _ => (0.0, 0.0),
+    }
+}
+
+impl Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let (service, operation) = cfg
+            .load::<Metadata>()
+            .map(|m| (m.service().to_owned(), m.name().to_owned()))
+            .unwrap_or_else(|| ("unknown".into(), "unknown".into()));
+        let (wru, rru) = if service.eq_ignore_ascii_case("dynamodb") {
+            context
+                .request()
+                .body()
+                .bytes()
+                .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+                .map_or((0.0, 0.0), |body| dynamodb_capacity(&operation, &body))
+        } else {
+            (0.0, 0.0)
+        };
+        self.record(format!("{service}.{operation}"), wru, rru);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn capacity_estimates() {
+        let item = json!({"PK": {"S": "DLV#x"}, "SK": {"S": "DLV"}, "GSI1PK": {"S": "a"}, "GSI2PK": {"S": "b"}});
+        assert_eq!(item_size(&item), 2 + 5 + 2 + 3 + 6 + 1 + 6 + 1);
+        assert_eq!(dynamodb_capacity("PutItem", &json!({"Item": item})).0, 3.0);
+        let tx = json!({"TransactItems": [{"Put": {"Item": item}}, {"ConditionCheck": {}}]});
+        assert_eq!(
+            dynamodb_capacity("TransactWriteItems", &tx).0,
+            2.0 + 2.0 + 2.0
+        );
+        let update = json!({"Key": {"PK": {"S": "DLV#x"}}, "UpdateExpression": "SET GSI2PK = :s", "ExpressionAttributeValues": {":s": {"S": "x"}}});
+        assert_eq!(dynamodb_capacity("UpdateItem", &update).0, 1.0 + 2.0 + 1.0);
+        assert_eq!(
+            dynamodb_capacity("GetItem", &json!({"ConsistentRead": true})).1,
+            1.0
+        );
+        let big = json!({"PK": {"S": "x".repeat(3000)}});
+        assert_eq!(dynamodb_capacity("PutItem", &json!({"Item": big})).0, 3.0);
+    }
+}

@@ -1,0 +1,330 @@
+//! AWS requests per delivery: the local stack on moto with every SDK client
+//! counted (functions apart from the event-source pollers), in three
+//! scenarios, and the seed's naive design replayed on the same table with
+//! the same counter. Only request counts and capacity estimates come from
+//! here; no time measured on moto is reported.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use hookline_aws::clients::{local_sdk_config, Clients};
+use hookline_aws::counting::{CallCounter, OperationCount};
+use hookline_local::{LocalConfig, LocalCounters, LocalStack};
+use hookline_tests::moto::Moto;
+use hookline_tests::workspace_root;
+use serde::Serialize;
+use serde_json::json;
+
+/// A scenario's shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub events: usize,
+    pub endpoints: usize,
+    /// Share of messages whose first attempt fails (then succeed).
+    pub retry_share: f64,
+}
+
+/// What a scenario cost, by operation.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioCounts {
+    pub scenario: Scenario,
+    pub deliveries: usize,
+    pub attempts: usize,
+    pub functions: BTreeMap<String, OperationCount>,
+    pub event_sources: BTreeMap<String, OperationCount>,
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    seen: HashSet<String>,
+    delivered: HashSet<String>,
+    attempts: usize,
+}
+
+/// A receiver that fails the first attempt of `retry_share` of the
+/// messages (chosen by a hash of the webhook id), then accepts.
+async fn receiver(retry_share: f64) -> Result<(String, Arc<Mutex<ReceiverState>>), String> {
+    let state = Arc::new(Mutex::new(ReceiverState::default()));
+    let s = state.clone();
+    let app = Router::new().route(
+        "/hook",
+        post(move |headers: HeaderMap| {
+            let s = s.clone();
+            async move {
+                let id = headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let hash = id
+                    .bytes()
+                    .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+                let fails_first = f64::from(hash % 1000) < retry_share * 1000.0;
+                let mut st = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                st.attempts += 1;
+                let first = st.seen.insert(id.clone());
+                if first && fails_first {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    st.delivered.insert(id);
+                    StatusCode::OK
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = format!(
+        "http://{}/hook",
+        listener.local_addr().map_err(|e| e.to_string())?
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((url, state))
+}
+
+fn delivered(state: &Mutex<ReceiverState>) -> (usize, usize) {
+    let st = state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    (st.delivered.len(), st.attempts)
+}
+
+/// Runs one scenario on a fresh moto.
+pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
+    let moto = Moto::start();
+    let counters = LocalCounters::default();
+    let env: HashMap<String, String> = [
+        ("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true"),
+        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
+        ("WEBHOOKS_DELIVERY_TIMEOUT", "5s"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let stack = LocalStack::start(LocalConfig {
+        endpoint_url: moto.url.clone(),
+        template: workspace_root().join("template.yaml"),
+        prefix: "hookline-".into(),
+        env,
+        admin_key: "bench-admin-key".into(),
+        checkpoint_file: None,
+        counters: Some(counters.clone()),
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let (url, state) = receiver(scenario.retry_share).await?;
+    for _ in 0..scenario.endpoints {
+        let (status, _, body) = stack
+            .call(
+                "POST",
+                "/v1/apps/bench/endpoints",
+                Some(json!({"url": url})),
+                &[],
+            )
+            .await;
+        if status != 201 {
+            return Err(format!("endpoint: {status} {body}"));
+        }
+    }
+    // Count from here: setup (tables, queues, endpoints) is not per delivery.
+    counters.functions.reset();
+    counters.event_sources.reset();
+    let payload = json!({"order": {"id": "ord_123", "total": 1999, "currency": "EUR"}, "pad": "x".repeat(600)});
+    let expected = scenario.events * scenario.endpoints;
+    for i in 0..scenario.events {
+        let (status, _, body) = stack
+            .call(
+                "POST",
+                "/v1/apps/bench/events",
+                Some(json!({"event_type": "order.paid", "payload": payload})),
+                &[],
+            )
+            .await;
+        if status != 202 {
+            return Err(format!("event {i}: {status} {body}"));
+        }
+        // Keep the pipeline moving while events arrive (as Lambda would).
+        if i % 25 == 24 {
+            stack.pump().await;
+        }
+    }
+    let timeout = Duration::from_secs(60 + (expected as u64) / 5);
+    let done = stack
+        .pump_until(timeout, || async { delivered(&state).0 >= expected })
+        .await;
+    // Let the last deliver calls record their attempts.
+    for _ in 0..3 {
+        stack.pump().await;
+    }
+    let (count, attempts) = delivered(&state);
+    if !done {
+        return Err(format!(
+            "{}: delivered {count} of {expected}",
+            scenario.name
+        ));
+    }
+    drop(stack);
+    drop(moto);
+    Ok(ScenarioCounts {
+        scenario,
+        deliveries: count,
+        attempts,
+        functions: counters.functions.snapshot(),
+        event_sources: counters.event_sources.snapshot(),
+    })
+}
+
+/// The seed's design ported 1:1 to DynamoDB (a table with a GSI on status,
+/// polled by a scheduled function every 30 s), replayed request by request:
+/// insert the delivery; the poller queries due pending rows (50 at a time)
+/// and claims each (`FOR UPDATE SKIP LOCKED` -> a conditional update); after
+/// the POST, one update records the outcome (attempts, status, error).
+pub async fn naive(scenario: &Scenario) -> Result<ScenarioCounts, String> {
+    let moto = Moto::start();
+    let counter = CallCounter::default();
+    let sdk = local_sdk_config(&moto.url).await;
+    let clients = Clients::counted(&sdk, &counter);
+    let db = &clients.dynamodb;
+    let table = "naive";
+    let attr = |n: &str| {
+        aws_sdk_dynamodb::types::AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+            .build()
+    };
+    let key = |n: &str, t| {
+        aws_sdk_dynamodb::types::KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+    };
+    use aws_sdk_dynamodb::types::KeyType;
+    let gsi = aws_sdk_dynamodb::types::GlobalSecondaryIndex::builder()
+        .index_name("GSI2")
+        .key_schema(key("GSI2PK", KeyType::Hash).map_err(|e| e.to_string())?)
+        .key_schema(key("GSI2SK", KeyType::Range).map_err(|e| e.to_string())?)
+        .projection(
+            aws_sdk_dynamodb::types::Projection::builder()
+                .projection_type(aws_sdk_dynamodb::types::ProjectionType::All)
+                .build(),
+        )
+        .build()
+        .map_err(|e| e.to_string())?;
+    db.create_table()
+        .table_name(table)
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+        .attribute_definitions(attr("PK").map_err(|e| e.to_string())?)
+        .attribute_definitions(attr("GSI2PK").map_err(|e| e.to_string())?)
+        .attribute_definitions(attr("GSI2SK").map_err(|e| e.to_string())?)
+        .key_schema(key("PK", KeyType::Hash).map_err(|e| e.to_string())?)
+        .global_secondary_indexes(gsi)
+        .send()
+        .await
+        .map_err(|e| format!("create naive table: {e:?}"))?;
+    counter.reset();
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let payload = json!({"order": {"id": "ord_123", "total": 1999, "currency": "EUR"}, "pad": "x".repeat(600)}).to_string();
+    let total = scenario.events * scenario.endpoints;
+    for i in 0..total {
+        // INSERT INTO webhook_deliveries (...) — with the payload (JSONB).
+        db.put_item()
+            .table_name(table)
+            .item("PK", s(&format!("NAIVE#{i:08}")))
+            .item("kind", s("delivery"))
+            .item("endpoint_id", s("ep_1"))
+            .item("event_type", s("order.paid"))
+            .item("payload", s(&payload))
+            .item("status", s("pending"))
+            .item("attempts", AttributeValue::N("0".into()))
+            .item("GSI2PK", s("pending"))
+            .item("GSI2SK", s(&format!("{i:08}")))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let mut attempts = 0usize;
+    let mut delivered = 0usize;
+    let mut failed_once: HashSet<usize> = HashSet::new();
+    // The cron: query due pending rows, 50 at a time, until none is left.
+    loop {
+        let page = db
+            .query()
+            .table_name(table)
+            .index_name("GSI2")
+            .key_condition_expression("GSI2PK = :p")
+            .expression_attribute_values(":p", s("pending"))
+            .limit(50)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let items = page.items.unwrap_or_default();
+        if items.is_empty() {
+            break;
+        }
+        for item in items {
+            let Some(AttributeValue::S(pk)) = item.get("PK") else {
+                continue;
+            };
+            let i: usize = pk.trim_start_matches("NAIVE#").parse().unwrap_or(0);
+            // SELECT ... FOR UPDATE SKIP LOCKED: a conditional claim.
+            db.update_item()
+                .table_name(table)
+                .key("PK", s(pk))
+                .update_expression("SET locked_until = :t")
+                .condition_expression("attribute_not_exists(locked_until) OR locked_until < :now")
+                .expression_attribute_values(":t", AttributeValue::N("9999999999".into()))
+                .expression_attribute_values(":now", AttributeValue::N("0".into()))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            attempts += 1;
+            let fails = (i * 7919 % 1000) as f64 / 1000.0 < scenario.retry_share
+                && !failed_once.contains(&i);
+            if fails {
+                failed_once.insert(i);
+                // attempts + 1, next_attempt_at, last_error; stays pending.
+                db.update_item()
+                    .table_name(table)
+                    .key("PK", s(pk))
+                    .update_expression("SET attempts = attempts + :one, last_error = :e, next_attempt_at = :n, GSI2SK = :n REMOVE locked_until")
+                    .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                    .expression_attribute_values(":e", s("HTTP 503"))
+                    .expression_attribute_values(":n", s(&format!("z{i:08}")))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+            } else {
+                db.update_item()
+                    .table_name(table)
+                    .key("PK", s(pk))
+                    .update_expression(
+                        "SET #s = :d, attempts = attempts + :one, GSI2PK = :d REMOVE locked_until",
+                    )
+                    .expression_attribute_names("#s", "status")
+                    .expression_attribute_values(":d", s("delivered"))
+                    .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                delivered += 1;
+            }
+        }
+    }
+    drop(moto);
+    Ok(ScenarioCounts {
+        scenario: scenario.clone(),
+        deliveries: delivered,
+        attempts,
+        functions: counter.snapshot(),
+        event_sources: BTreeMap::new(),
+    })
+}

@@ -1,0 +1,404 @@
+//! `bench`: measures hookline against baselines measured in the same run and
+//! writes BENCHMARKS.md plus the raw figures as JSON. Run it through
+//! `infra/bench/run` (which builds the release binaries and the criterion
+//! signing benchmark first); `--quick` is CI's reduced run.
+//!
+//! - [`stub`]: a minimal Lambda Runtime API on loopback.
+//! - [`init`]: cold start (process start -> first `next`) and peak RSS of the
+//!   real function binaries, versus a hello-world `lambda_runtime` binary.
+//! - [`throughput`]: one deliver batch of 10 to a 100 ms receiver, concurrent
+//!   versus serial, in memory.
+//! - [`calls`]: AWS requests by operation per delivery on the local stack
+//!   (moto) in three scenarios, and the seed's naive design replayed.
+//! - [`report`]: the cost model and the Markdown.
+
+mod calls;
+mod init;
+mod report;
+mod stub;
+mod throughput;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use hookline_local::{LocalConfig, LocalStack};
+use hookline_tests::moto::Moto;
+use hookline_tests::workspace_root;
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug)]
+#[command(about = "hookline benchmarks -> BENCHMARKS.md")]
+struct Args {
+    /// CI's reduced run: few starts, few events (figures are not published).
+    #[arg(long)]
+    quick: bool,
+    /// Where the x86_64 release binaries are.
+    #[arg(long, default_value = "target/release")]
+    release_dir: PathBuf,
+    /// Where `cargo lambda build --release --arm64` put `<fn>/bootstrap`.
+    #[arg(long, default_value = "target/lambda")]
+    arm64_dir: PathBuf,
+    #[arg(long, default_value = "target/criterion")]
+    criterion_dir: PathBuf,
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    #[arg(long, default_value = "target/bench/benchmarks.json")]
+    json: PathBuf,
+}
+
+const FUNCTIONS: [&str; 4] = ["ingest", "dispatch", "deliver", "retry"];
+
+fn out(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn criterion_ns(dir: &Path, group: &str, name: &str, size: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(
+        dir.join(group)
+            .join(name)
+            .join(size)
+            .join("new/estimates.json"),
+    )
+    .ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["median"]["point_estimate"].as_f64()
+}
+
+/// Invocation events for a full batch of each function, made on a real
+/// local stack (moto): ingest fans one event out to 5 endpoints, dispatch
+/// gets the resulting stream batch, deliver a batch of 10 messages.
+async fn batch_events(
+    receiver_url: &str,
+) -> Result<(Moto, LocalStack, HashMap<&'static str, Vec<String>>), String> {
+    let moto = Moto::start();
+    let env: HashMap<String, String> = [("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let stack = LocalStack::start(LocalConfig {
+        endpoint_url: moto.url.clone(),
+        template: workspace_root().join("template.yaml"),
+        prefix: "hookline-".into(),
+        env,
+        admin_key: "bench-admin-key".into(),
+        checkpoint_file: None,
+        counters: None,
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    for _ in 0..5 {
+        stack
+            .call(
+                "POST",
+                "/v1/apps/bench/endpoints",
+                Some(json!({"url": receiver_url})),
+                &[],
+            )
+            .await;
+    }
+    let headers = vec![
+        (
+            "authorization".to_owned(),
+            "Bearer bench-admin-key".to_owned(),
+        ),
+        ("content-type".to_owned(), "application/json".to_owned()),
+    ];
+    let body =
+        json!({"event_type": "order.paid", "payload": {"order": "ord_1", "pad": "x".repeat(800)}})
+            .to_string();
+    let ingest_event =
+        hookline_ingest::apigw::http_event("POST", "/v1/apps/bench/events", &headers, Some(&body));
+    // Two more events through the stack so the stream batch has 10+ records.
+    stack
+        .call(
+            "POST",
+            "/v1/apps/bench/events",
+            Some(serde_json::from_str(&body).unwrap_or_default()),
+            &[],
+        )
+        .await;
+    stack
+        .call(
+            "POST",
+            "/v1/apps/bench/events",
+            Some(serde_json::from_str(&body).unwrap_or_default()),
+            &[],
+        )
+        .await;
+    let stream_event = stack.next_stream_event().await.map_err(|e| e.to_string())?;
+    let mut events = HashMap::new();
+    events.insert("ingest", vec![ingest_event.to_string()]);
+    events.insert("dispatch", vec![stream_event.to_string()]);
+    events.insert(
+        "retry",
+        vec![include_str!("../../../events/retry-dry-run.json").to_owned()],
+    );
+    Ok((moto, stack, events))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    let starts = if args.quick { 5 } else { 21 };
+    let events = if args.quick { 20 } else { 1000 };
+    let mut md = String::new();
+    let mut raw = serde_json::Map::new();
+    let _ = writeln!(
+        md,
+        "# hookline benchmarks\n\nWritten by `infra/bench/run`{} on {} ({} cores). Every figure is measured in this run next to its baseline; ratios are ours / baseline.\n",
+        if args.quick { " --quick (CI's reduced run: too few samples to publish)" } else { "" },
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+
+    // 1. Cold start.
+    out("== init (cold start)");
+    let (stub, addr) = stub::RuntimeStub::start().await?;
+    let base_env = init::lambda_env(&addr.to_string(), &HashMap::new());
+    let hello = args.release_dir.join("hello-lambda");
+    let hello_samples = init::init_times(&stub, &hello, &base_env, starts).await?;
+    let (hello_med, hello_p90) = init::median_p90(&hello_samples);
+    let _ = writeln!(
+        md,
+        "## 1. Init (cold start)\n\nProcess start to its first `GET /runtime/invocation/next` on a loopback Runtime API stub, median of {starts} starts (p90 in brackets), x86_64 {} builds, Lambda's environment variables set. Baseline: a hello-world `lambda_runtime` function built with the same profile. Goal: ≤ 1.5x.\n\n| function | init median (p90) | hello-world | ratio |\n|---|---|---|---|",
+        if args.quick { "debug" } else { "release" }
+    );
+    let mut init_raw = serde_json::Map::new();
+    init_raw.insert("hello-lambda".into(), json!(hello_samples));
+    for name in FUNCTIONS {
+        let samples =
+            init::init_times(&stub, &args.release_dir.join(name), &base_env, starts).await?;
+        let (med, p90) = init::median_p90(&samples);
+        let _ = writeln!(
+            md,
+            "| {name} | {med:.2} ms ({p90:.2}) | {hello_med:.2} ms ({hello_p90:.2}) | {:.2}x |",
+            med / hello_med
+        );
+        out(&format!("{name}: {med:.2} ms vs hello {hello_med:.2} ms"));
+        init_raw.insert(name.into(), json!(samples));
+    }
+    raw.insert("init_ms".into(), Value::Object(init_raw));
+
+    // 2. Size and RSS.
+    out("== binary size, peak RSS");
+    let _ = writeln!(
+        md,
+        "\n## 2. Binary size and peak RSS\n\nStripped release binaries (the `bootstrap` Lambda runs). arm64 from `cargo lambda build --release --arm64`. Peak RSS (VmHWM) of one process that served one full batch against moto: ingest one event fanned out to 5 endpoints, dispatch the stream batch of 3 events x 5 deliveries, deliver an SQS batch of 10 messages POSTed to a loopback receiver, retry a DLQ dry run. Goals: ≤ 8 MB per binary, ≤ 40 MB RSS.\n\n| binary | x86_64 | arm64 | peak RSS (full batch) |\n|---|---|---|---|"
+    );
+    let receiver = hookline_tests::receiver::Receiver::healthy().await;
+    let (moto, stack, mut batches) = batch_events(&receiver.url).await?;
+    let mut aws_env: HashMap<String, String> = HashMap::new();
+    aws_env.insert("WEBHOOKS_AWS_ENDPOINT_URL".into(), moto.url.clone());
+    aws_env.insert("WEBHOOKS_TABLE".into(), stack.settings.table.clone());
+    aws_env.insert(
+        "WEBHOOKS_QUEUE_URL".into(),
+        stack.settings.queue_url.clone(),
+    );
+    aws_env.insert("WEBHOOKS_DLQ_URL".into(), stack.settings.dlq_url.clone());
+    aws_env.insert("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS".into(), "true".into());
+    aws_env.insert("WEBHOOKS_ADMIN_KEY".into(), "bench-admin-key".into());
+    aws_env.insert("AWS_ACCESS_KEY_ID".into(), "local".into());
+    aws_env.insert("AWS_SECRET_ACCESS_KEY".into(), "local".into());
+    let env = init::lambda_env(&addr.to_string(), &aws_env);
+    let mut rss_raw = serde_json::Map::new();
+    let mut size_raw = serde_json::Map::new();
+    for name in ["hello-lambda", "ingest", "dispatch", "deliver", "retry"] {
+        let x86 = std::fs::metadata(args.release_dir.join(name))
+            .map(|m| m.len())
+            .ok();
+        let arm = std::fs::metadata(args.arm64_dir.join(name).join("bootstrap"))
+            .map(|m| m.len())
+            .ok();
+        let rss = if name == "hello-lambda" {
+            let run = init::invoke(
+                &stub,
+                &args.release_dir.join(name),
+                &base_env,
+                vec!["{}".into()],
+            )
+            .await?;
+            Some(run.peak_rss_kib)
+        } else {
+            if name == "deliver" {
+                // dispatch (run just before) queued the deliveries.
+                let q = stack.next_queue_event(2).await.map_err(|e| e.to_string())?;
+                batches.insert("deliver", vec![q.to_string()]);
+            }
+            let events = batches.remove(name).unwrap_or_default();
+            let run = init::invoke(&stub, &args.release_dir.join(name), &env, events).await?;
+            if !run.errors.is_empty() {
+                return Err(format!("{name} failed: {:?}", run.errors).into());
+            }
+            out(&format!(
+                "{name}: {:?}",
+                run.responses
+                    .first()
+                    .map(|r| r.chars().take(160).collect::<String>())
+            ));
+            Some(run.peak_rss_kib)
+        };
+        let cell = |b: Option<u64>| {
+            b.map_or("not built in this run".to_owned(), |b| {
+                format!("{:.2} MB", mib(b))
+            })
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} |",
+            cell(x86),
+            cell(arm),
+            rss.map_or("–".into(), |k| format!("{:.1} MB", k as f64 / 1024.0))
+        );
+        size_raw.insert(name.into(), json!({"x86_64": x86, "arm64": arm}));
+        rss_raw.insert(name.into(), json!(rss));
+    }
+    let delivered_in_rss_run = receiver.received().len();
+    let _ = writeln!(
+        md,
+        "\n(The deliver run POSTed {delivered_in_rss_run} webhooks to the loopback receiver.)"
+    );
+    drop(stack);
+    drop(moto);
+    raw.insert("binary_bytes".into(), Value::Object(size_raw));
+    raw.insert("peak_rss_kib".into(), Value::Object(rss_raw));
+
+    // 3. Throughput.
+    out("== deliver throughput");
+    let repeats = if args.quick { 2 } else { 7 };
+    let t = tokio::task::spawn_blocking(move || throughput::run(repeats)).await??;
+    let med = |runs: &[throughput::BatchRun], f: fn(&throughput::BatchRun) -> f64| {
+        init::median_p90(&runs.iter().map(f).collect::<Vec<_>>()).0
+    };
+    let (cw, sw) = (
+        med(&t.concurrent, |r| r.wall_ms),
+        med(&t.serial, |r| r.wall_ms),
+    );
+    let (cc, sc) = (
+        med(&t.concurrent, |r| r.cpu_ms),
+        med(&t.serial, |r| r.cpu_ms),
+    );
+    let _ = writeln!(
+        md,
+        "\n## 3. Deliver throughput per instance\n\nOne deliver invocation (`Deliverer::handle_batch`, the real HTTP sender, signing and attempt recording) over a batch of {} messages to a loopback receiver that answers after {} ms; in-memory store and queue. Baseline: the same code with concurrency 1 (the seed's serial loop). Median of {} batches each. Goal: ≥ 8x.\n\n| | wall per batch | CPU per batch | deliveries per CPU-second |\n|---|---|---|---|\n| hookline (concurrency 10) | {cw:.1} ms | {cc:.2} ms | {:.0} |\n| serial baseline | {sw:.1} ms | {sc:.2} ms | {:.0} |\n| ratio | **{:.1}x faster** | {:.2}x | |",
+        t.batch,
+        t.receiver_delay_ms,
+        t.repeats,
+        t.batch as f64 / (cc / 1000.0),
+        t.batch as f64 / (sc / 1000.0),
+        sw / cw,
+        cc / sc
+    );
+    out(&format!("concurrent {cw:.1} ms, serial {sw:.1} ms"));
+    raw.insert("throughput".into(), json!(t));
+
+    // 4. AWS requests and $ per million.
+    out("== AWS requests per delivery");
+    let scenarios = [
+        calls::Scenario {
+            name: "1 endpoint, all succeed",
+            events,
+            endpoints: 1,
+            retry_share: 0.0,
+        },
+        calls::Scenario {
+            name: "5 endpoints, all succeed",
+            events: (events / 5).max(1),
+            endpoints: 5,
+            retry_share: 0.0,
+        },
+        calls::Scenario {
+            name: "1 endpoint, 30 % need one retry",
+            events,
+            endpoints: 1,
+            retry_share: 0.3,
+        },
+    ];
+    let _ = writeln!(
+        md,
+        "\n## 4. AWS requests and $ per million deliveries\n\nEvery AWS request counted by operation with an SDK interceptor (`hookline_aws::counting`) on the local stack (moto), the functions' requests apart from the event-source pollers' (Lambda's mappings when deployed). Capacity units are estimated from each request's body (item sizes by DynamoDB's rules, 2x inside transactions, GSI copies: both GSIs project ALL). Baseline: the seed's design ported 1:1 to DynamoDB (a status GSI polled by a cron function: insert, query due rows, conditional claim, update after the POST), replayed request by request with the same counter; its GSI rewrites on updates are not charged, so it is an underestimate.\n\nPrices (us-east-1 list): DynamoDB on-demand $0.625 per million WRU and $0.125 per million RRU; SQS $0.40 per million requests; Lambda arm64 $0.20 per million requests and $0.0000133334 per GB-s at 128 MB; API Gateway HTTP API $1.00 per million requests; stream reads by Lambda free. Assumed (not measured here): ingest 25 ms, dispatch 20 ms per invocation of 10 records, deliver 150 ms per invocation of 5 messages (one receive + one batch delete each by the queue mapping). Free tiers ignored. Goal: ≤ $4 per million for the first scenario.\n"
+    );
+    let _ = writeln!(md, "| scenario | deliveries (attempts) | WRU / RRU per delivery | DynamoDB | SQS | Lambda | API GW | **$ / million** | naive baseline | ratio |\n|---|---|---|---|---|---|---|---|---|---|");
+    let mut calls_raw = Vec::new();
+    let mut detail = String::new();
+    for sc in scenarios {
+        out(&format!("scenario: {} ({} events)", sc.name, sc.events));
+        let ours = calls::run(sc.clone()).await?;
+        let naive = calls::naive(&sc).await?;
+        let c = report::cost(&ours, false);
+        let nc = report::cost(&naive, true);
+        let _ = writeln!(
+            md,
+            "| {} | {} ({}) | {:.2} / {:.2} | ${:.2} | ${:.2} | ${:.2} | ${:.2} | **${:.2}** | ${:.2} ({:.2} / {:.2}) | {:.2}x |",
+            sc.name, ours.deliveries, ours.attempts, c.wru_per_delivery, c.rru_per_delivery, c.dynamodb, c.sqs, c.lambda, c.api_gateway, c.total, nc.total, nc.wru_per_delivery, nc.rru_per_delivery, c.total / nc.total
+        );
+        let _ = writeln!(
+            detail,
+            "- **{}**: functions: {}. Event-source pollers (local; Lambda's mappings when deployed): {}. Naive: {}.",
+            sc.name,
+            report::fmt_ops(&ours.functions, ours.deliveries),
+            report::fmt_ops(&ours.event_sources, ours.deliveries),
+            report::fmt_ops(&naive.functions, naive.deliveries)
+        );
+        calls_raw.push(json!({"ours": ours, "naive": naive, "cost": c, "naive_cost": nc}));
+    }
+    let _ = writeln!(
+        md,
+        "\nRequests by operation (count, per delivery):\n\n{detail}"
+    );
+    raw.insert("aws_requests".into(), json!(calls_raw));
+
+    // 5. Signing (criterion, run by infra/bench/run before this).
+    let _ = writeln!(
+        md,
+        "\n## 5. Signing\n\nCriterion medians (`cargo bench -p hookline-core --bench signing`): sign = the full header set of one message (Standard Webhooks scheme), verify = parse headers, check the timestamp and compare in constant time. Baseline: the published `standardwebhooks` crate (1.0.1) on the same message, same run.\n\n| operation | body | hookline | standardwebhooks | ratio |\n|---|---|---|---|---|"
+    );
+    let mut sign_raw = serde_json::Map::new();
+    for op in ["sign", "verify"] {
+        for size in ["1KB", "64KB"] {
+            let ours = criterion_ns(&args.criterion_dir, op, "hookline", size);
+            let theirs = criterion_ns(&args.criterion_dir, op, "standardwebhooks", size);
+            let cell = |v: Option<f64>| {
+                v.map_or("not run".to_owned(), |ns| format!("{:.2} µs", ns / 1000.0))
+            };
+            let ratio = match (ours, theirs) {
+                (Some(a), Some(b)) => format!("{:.2}x", a / b),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                md,
+                "| {op} | {size} | {} | {} | {ratio} |",
+                cell(ours),
+                cell(theirs)
+            );
+            sign_raw.insert(
+                format!("{op}/{size}"),
+                json!({"hookline_ns": ours, "standardwebhooks_ns": theirs}),
+            );
+        }
+    }
+    raw.insert("signing_ns".into(), Value::Object(sign_raw));
+
+    if let Some(dir) = args.json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(
+        &args.json,
+        serde_json::to_string_pretty(&Value::Object(raw))?,
+    )?;
+    std::fs::write(&args.out, md)?;
+    out(&format!(
+        "wrote {} and {}",
+        args.out.display(),
+        args.json.display()
+    ));
+    Ok(())
+}
