@@ -1,6 +1,7 @@
 //! One integration-test binary (one link of the AWS SDK instead of five):
 //! each module is one area, run against moto and real loopback receivers.
 
+mod aws_faults;
 mod crash;
 mod faults;
 mod local_stack;

@@ -1,0 +1,218 @@
+//! AWS faults: a fault-injecting HTTP proxy between every SDK client and
+//! moto returns throttling errors and 500s, and drops connections after
+//! moto has acted (the response is lost), at set rates. Events go in with
+//! `Idempotency-Key`s (a client retries a 503); nothing may be lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hookline_local::{LocalConfig, LocalStack};
+use hookline_tests::moto::Moto;
+use hookline_tests::receiver::Receiver;
+use hookline_tests::{record_figures, workspace_root};
+use rand::Rng;
+use serde_json::json;
+
+#[derive(Default)]
+struct Faults {
+    enabled: AtomicBool,
+    requests: AtomicU64,
+    throttled: AtomicU64,
+    errors_500: AtomicU64,
+    dropped: AtomicU64,
+}
+
+struct Proxy {
+    upstream: String,
+    client: reqwest::Client,
+    faults: Faults,
+}
+
+/// Percent rates: throttle, 500, drop-after-forwarding.
+const RATES: (u32, u32, u32) = (8, 4, 3);
+
+async fn forward(
+    State(proxy): State<Arc<Proxy>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let f = &proxy.faults;
+    let roll = if f.enabled.load(Ordering::SeqCst) {
+        f.requests.fetch_add(1, Ordering::SeqCst);
+        rand::thread_rng().gen_range(0..100u32)
+    } else {
+        100
+    };
+    if roll < RATES.0 {
+        f.throttled.fetch_add(1, Ordering::SeqCst);
+        return (
+            StatusCode::BAD_REQUEST,
+            [("content-type", "application/x-amz-json-1.0")],
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}"#,
+        )
+            .into_response();
+    }
+    if roll < RATES.0 + RATES.1 {
+        f.errors_500.fetch_add(1, Ordering::SeqCst);
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "application/x-amz-json-1.0")],
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected"}"#,
+        )
+            .into_response();
+    }
+    let url = format!(
+        "{}{}",
+        proxy.upstream,
+        uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut req = proxy.client.request(method, url).body(body);
+    for (k, v) in &headers {
+        if k != "host" && k != "content-length" {
+            req = req.header(k, v);
+        }
+    }
+    let Ok(res) = req.send().await else {
+        return StatusCode::BAD_GATEWAY.into_response();
+    };
+    let status = res.status();
+    let res_headers = res.headers().clone();
+    let bytes = res.bytes().await.unwrap_or_default();
+    if roll < RATES.0 + RATES.1 + RATES.2 {
+        // Moto has acted; the caller never hears back: a body that fails
+        // makes the server abort the connection mid-response.
+        f.dropped.fetch_add(1, Ordering::SeqCst);
+        let stream = futures::stream::once(async {
+            Err::<Bytes, std::io::Error>(std::io::Error::other("dropped"))
+        });
+        let mut response = Response::new(Body::from_stream(stream));
+        *response.status_mut() = status;
+        return response;
+    }
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    for (k, v) in &res_headers {
+        if k != "content-length" && k != "transfer-encoding" {
+            response.headers_mut().insert(k, v.clone());
+        }
+    }
+    response
+}
+
+async fn start_proxy(upstream: &str) -> (String, Arc<Proxy>) {
+    let proxy = Arc::new(Proxy {
+        upstream: upstream.to_owned(),
+        client: reqwest::Client::new(),
+        faults: Faults::default(),
+    });
+    let app = Router::new().fallback(forward).with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
+    let moto = Moto::start();
+    let (proxy_url, proxy) = start_proxy(&moto.url).await;
+    let env: HashMap<String, String> = [
+        ("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true"),
+        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let stack = LocalStack::start(LocalConfig {
+        endpoint_url: proxy_url,
+        template: workspace_root().join("template.yaml"),
+        prefix: "hookline-".into(),
+        env,
+        admin_key: "faults-admin".into(),
+        checkpoint_file: None,
+        counters: None,
+    })
+    .await
+    .expect("stack");
+    let receiver = Receiver::healthy().await;
+    let (status, _, ep) = stack
+        .call(
+            "POST",
+            "/v1/apps/f/endpoints",
+            Some(json!({"url": receiver.url})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    proxy.faults.enabled.store(true, Ordering::SeqCst);
+
+    const EVENTS: usize = 100;
+    let mut client_retries = 0;
+    let mut event_ids = Vec::new();
+    for i in 0..EVENTS {
+        let key = format!("evt-{i}");
+        let mut accepted = None;
+        for _ in 0..10 {
+            let (status, _, body) = stack
+                .call(
+                    "POST",
+                    "/v1/apps/f/events",
+                    Some(json!({"event_type": "order.paid", "payload": {"i": i}})),
+                    &[("idempotency-key", key.as_str())],
+                )
+                .await;
+            match status {
+                202 => {
+                    accepted = Some(body);
+                    break;
+                }
+                503 | 500 => client_retries += 1,
+                other => panic!("event {i}: {other} {body}"),
+            }
+        }
+        let body = accepted.unwrap_or_else(|| panic!("event {i} never accepted"));
+        assert!(body.to_string().len() < 10_000);
+        event_ids.push(body["event_id"].as_str().expect("event id").to_owned());
+        if i % 20 == 19 {
+            let _ = stack.pump().await;
+        }
+    }
+    let mut unique = event_ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), EVENTS, "one event per idempotency key");
+    let done = stack
+        .pump_until(Duration::from_secs(240), || async {
+            receiver.unique_accepted() >= EVENTS
+        })
+        .await;
+    proxy.faults.enabled.store(false, Ordering::SeqCst);
+    let delivered = receiver.unique_accepted();
+    let f = &proxy.faults;
+    let figures = format!(
+        "AWS faults: {} AWS requests through the fault proxy, {} throttled, {} answered 500, {} dropped after moto acted; {EVENTS} events accepted ({client_retries} client retries of a 503, same Idempotency-Key), {delivered} delivered, lost {}, duplicates {}",
+        f.requests.load(Ordering::SeqCst),
+        f.throttled.load(Ordering::SeqCst),
+        f.errors_500.load(Ordering::SeqCst),
+        f.dropped.load(Ordering::SeqCst),
+        EVENTS.saturating_sub(delivered),
+        receiver.duplicates()
+    );
+    println!("{figures}");
+    assert!(done, "every event delivered: {figures}");
+    assert!(f.throttled.load(Ordering::SeqCst) > 0 && f.dropped.load(Ordering::SeqCst) > 0);
+    record_figures("aws-faults", &figures);
+}
