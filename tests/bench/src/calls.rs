@@ -141,16 +141,30 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
     let payload = json!({"order": {"id": "ord_123", "total": 1999, "currency": "EUR"}, "pad": "x".repeat(600)});
     let expected = scenario.events * scenario.endpoints;
     for i in 0..scenario.events {
-        let (status, _, body) = stack
-            .call(
-                "POST",
-                "/v1/apps/bench/events",
-                Some(json!({"event_type": "order.paid", "payload": payload})),
-                &[],
-            )
-            .await;
-        if status != 202 {
-            return Err(format!("event {i}: {status} {body}"));
+        // A well-behaved client: an Idempotency-Key, and a retry on 503
+        // (moto has slow moments); retried calls are counted too.
+        let key = format!("bench-{i}");
+        let mut accepted = false;
+        for _ in 0..5 {
+            let (status, _, body) = stack
+                .call(
+                    "POST",
+                    "/v1/apps/bench/events",
+                    Some(json!({"event_type": "order.paid", "payload": payload})),
+                    &[("idempotency-key", key.as_str())],
+                )
+                .await;
+            match status {
+                202 => {
+                    accepted = true;
+                    break;
+                }
+                503 => tokio::time::sleep(Duration::from_millis(200)).await,
+                _ => return Err(format!("event {i}: {status} {body}")),
+            }
+        }
+        if !accepted {
+            return Err(format!("event {i}: still 503 after 5 tries"));
         }
         // Keep the pipeline moving while events arrive (as Lambda would).
         if i % 25 == 24 {
