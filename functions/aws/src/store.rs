@@ -87,6 +87,37 @@ impl DynamoStore {
         HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
     }
 
+    /// Deletes the item at `key` if `condition` holds; `Ok(false)` when it
+    /// does not (missing, or not the caller's).
+    async fn delete_if(
+        &self,
+        key: HashMap<String, AttributeValue>,
+        condition: &str,
+        value: Option<(&str, &str)>,
+    ) -> Result<bool> {
+        let _g = self.guard().await;
+        let mut request = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
+            .condition_expression(condition);
+        if let Some((name, v)) = value {
+            request = request.expression_attribute_values(name, s(v));
+        }
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(err) => Err(store_error("DeleteItem", err)),
+        }
+    }
+
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
         let _g = self.guard().await;
         let out = self
@@ -475,26 +506,12 @@ impl Store for DynamoStore {
     }
 
     async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<bool> {
-        let _g = self.guard().await;
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
-            .condition_expression("attribute_exists(PK)")
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(err) => Err(store_error("DeleteItem", err)),
-        }
+        self.delete_if(
+            Self::key(app_pk(app), &endpoint_sk(id)),
+            "attribute_exists(PK)",
+            None,
+        )
+        .await
     }
 
     async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
@@ -601,27 +618,12 @@ impl Store for DynamoStore {
     }
 
     async fn delete_api_key(&self, app: &AppId, id: &ApiKeyId) -> Result<bool> {
-        let _g = self.guard().await;
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(api_key_pk(id), API_KEY_SK)))
-            .condition_expression("app_id = :app")
-            .expression_attribute_values(":app", s(app.as_str()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(err) => Err(store_error("DeleteItem", err)),
-        }
+        self.delete_if(
+            Self::key(api_key_pk(id), API_KEY_SK),
+            "app_id = :app",
+            Some((":app", app.as_str())),
+        )
+        .await
     }
 }
 

@@ -98,29 +98,44 @@ fn delivered(state: &Mutex<ReceiverState>) -> (usize, usize) {
     (st.delivered.len(), st.attempts)
 }
 
+/// The local stack on `moto_url` (loopback receivers allowed), with `env`
+/// overrides and optional request counters.
+pub async fn local_stack(
+    moto_url: &str,
+    env: &[(&str, &str)],
+    counters: Option<LocalCounters>,
+) -> Result<LocalStack, String> {
+    let mut vars: HashMap<String, String> = HashMap::from([(
+        "WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS".to_owned(),
+        "true".to_owned(),
+    )]);
+    vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    LocalStack::start(LocalConfig {
+        endpoint_url: moto_url.to_owned(),
+        template: workspace_root().join("template.yaml"),
+        prefix: "hookline-".into(),
+        env: vars,
+        admin_key: "bench-admin-key".into(),
+        checkpoint_file: None,
+        counters,
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
 /// Runs one scenario on a fresh moto.
 pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
     let moto = Moto::start();
     let counters = LocalCounters::default();
-    let env: HashMap<String, String> = [
-        ("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true"),
-        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
-        ("WEBHOOKS_DELIVERY_TIMEOUT", "5s"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let stack = LocalStack::start(LocalConfig {
-        endpoint_url: moto.url.clone(),
-        template: workspace_root().join("template.yaml"),
-        prefix: "hookline-".into(),
-        env,
-        admin_key: "bench-admin-key".into(),
-        checkpoint_file: None,
-        counters: Some(counters.clone()),
-    })
-    .await
-    .map_err(|e| e.to_string())?;
+    let stack = local_stack(
+        &moto.url,
+        &[
+            ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
+            ("WEBHOOKS_DELIVERY_TIMEOUT", "5s"),
+        ],
+        Some(counters.clone()),
+    )
+    .await?;
     let (url, state) = receiver(scenario.retry_share).await?;
     for _ in 0..scenario.endpoints {
         let (status, _, body) = stack

@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use hookline_local::{LocalConfig, LocalStack};
+use hookline_local::LocalStack;
 use hookline_tests::moto::Moto;
 use hookline_tests::workspace_root;
 use serde_json::{json, Value};
@@ -78,21 +78,7 @@ async fn batch_events(
     receiver_url: &str,
 ) -> Result<(Moto, LocalStack, HashMap<&'static str, Vec<String>>), String> {
     let moto = Moto::start();
-    let env: HashMap<String, String> = [("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let stack = LocalStack::start(LocalConfig {
-        endpoint_url: moto.url.clone(),
-        template: workspace_root().join("template.yaml"),
-        prefix: "hookline-".into(),
-        env,
-        admin_key: "bench-admin-key".into(),
-        checkpoint_file: None,
-        counters: None,
-    })
-    .await
-    .map_err(|e| e.to_string())?;
+    let stack = calls::local_stack(&moto.url, &[], None).await?;
     for _ in 0..5 {
         stack
             .call(
