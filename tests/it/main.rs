@@ -4,6 +4,7 @@
 mod aws_faults;
 mod crash;
 mod faults;
+mod guarantees;
 mod local_stack;
 mod operator;
 mod outbox;

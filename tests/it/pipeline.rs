@@ -178,6 +178,7 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
         &stack.queue,
         json!({"dry_run": true}),
         chrono::Utc::now(),
+        Duration::from_secs(60),
     )
     .await
     .unwrap();
@@ -192,6 +193,7 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
         &stack.queue,
         json!({"event_type": "other.type"}),
         chrono::Utc::now(),
+        Duration::from_secs(60),
     )
     .await
     .unwrap();
@@ -204,6 +206,7 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
         &stack.queue,
         json!({"max_messages": 10}),
         chrono::Utc::now(),
+        Duration::from_secs(60),
     )
     .await
     .unwrap();
@@ -225,7 +228,13 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
     assert_eq!(receiver.unique_accepted(), 1);
 
     // Redriving again finds nothing; a stale copy of a delivered one is just deleted.
-    let report = hookline_retry::handle(&stack.store, &stack.queue, json!({}), chrono::Utc::now())
+    let report = hookline_retry::handle(
+        &stack.store,
+        &stack.queue,
+        json!({}),
+        chrono::Utc::now(),
+        Duration::from_secs(60),
+    )
         .await
         .unwrap();
     assert_eq!(report.received, 0);

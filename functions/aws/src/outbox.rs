@@ -5,6 +5,7 @@
 //!
 //! ```ignore
 //! let endpoints = store.list_endpoints(&app).await?;            // or a cached copy
+//! // `payload`: your JSON text as a `RawValue`; receivers get it byte for byte.
 //! let (items, accepted) = outbox::event_items(&table, app, event_type, &payload,
 //!                                              &endpoints, Utc::now(), retention)?;
 //! client.transact_write_items()
@@ -27,6 +28,7 @@ use hookline_pipeline::ports::{NewEvent, Result};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_dynamo::Item;
+use serde_json::value::RawValue;
 
 use crate::schema;
 use crate::store::put_if_absent;
@@ -54,7 +56,19 @@ pub fn transact_items(
         items.push(put_new(table, schema::delivery_item(d, retention)?)?);
     }
     if let Some(record) = &new.idempotency {
-        items.push(put_new(table, schema::idempotency_item(record)?)?);
+        // An expired record (TTL deletion lags by up to days) may be taken
+        // over at once.
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(table)
+            .set_item(Some(schema::idempotency_item(record)?.into()))
+            .condition_expression("attribute_not_exists(PK) OR expires_at <= :now")
+            .expression_attribute_values(
+                ":now",
+                aws_sdk_dynamodb::types::AttributeValue::N(record.created_at.timestamp().to_string()),
+            )
+            .build()
+            .map_err(|e| crate::error::corrupt("put", e))?;
+        items.push(TransactWriteItem::builder().put(put).build());
     }
     Ok(items)
 }
@@ -67,7 +81,7 @@ pub fn event_items(
     table: &str,
     app_id: AppId,
     event_type: &str,
-    payload: &serde_json::Value,
+    payload: &RawValue,
     endpoints: &[Endpoint],
     now: DateTime<Utc>,
     retention: Duration,

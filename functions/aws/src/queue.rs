@@ -92,14 +92,19 @@ impl Queue for SqsQueue {
         Ok(())
     }
 
-    async fn receive_dlq(&self, max: i32, visibility: Duration) -> Result<Vec<DlqEntry>> {
+    async fn receive_dlq(
+        &self,
+        max: i32,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<DlqEntry>> {
         let out = self
             .client
             .receive_message()
             .queue_url(&self.dlq_url)
             .max_number_of_messages(max.clamp(1, 10))
             .visibility_timeout(i32::try_from(visibility.as_secs()).unwrap_or(43_200))
-            .wait_time_seconds(0)
+            .wait_time_seconds(i32::try_from(wait.as_secs().min(20)).unwrap_or(20))
             .send()
             .await
             .map_err(|e| queue_error("ReceiveMessage", e))?;

@@ -8,6 +8,18 @@
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
 //!
+//! GSI3, the overdue index (KEYS_ONLY, sparse): `DUE#{shard}` /
+//! `{due time}#{id}`, present only on pending deliveries (due at
+//! `next_attempt_at`) and on events with fan-out left (due at creation). The
+//! reconciler reads only the entries due before its cutoff; finished work
+//! leaves the index, so a quiet system has an empty index and the scheduled
+//! reconciler reads nothing but [`DUE_SHARDS`] empty query pages.
+//!
+//! Retention: a pending delivery has no `expires_at` (it can never expire
+//! while due); a finished one expires `retention` after it finished. An
+//! event expires `retention` after creation, pushed back when one of its
+//! deliveries is restarted by hand; settings refuse a retention shorter than
+//! the longest retry window.
 //! Deliveries and events each have their own partition (no hot partition per
 //! app). The GSI partition keys are sharded by a hash of the delivery id into
 //! [`SHARDS`] so one busy endpoint or app spreads its writes; a list query
@@ -31,6 +43,9 @@ pub const PK: &str = "PK";
 pub const SK: &str = "SK";
 pub const GSI_BY_ENDPOINT: &str = "GSI1";
 pub const GSI_BY_STATUS: &str = "GSI2";
+pub const GSI_OVERDUE: &str = "GSI3";
+/// Shards of the overdue index's partition key (spreads pending writes).
+pub const DUE_SHARDS: u32 = 8;
 pub const TTL_ATTRIBUTE: &str = "expires_at";
 /// Shards of each GSI partition key.
 pub const SHARDS: u32 = 4;
@@ -71,12 +86,34 @@ pub fn api_keys_of_app(app: &AppId) -> String {
 
 /// FNV-1a of the id, modulo [`SHARDS`]: stable across processes and versions.
 pub fn shard_of(id: &DeliveryId) -> u32 {
+    hash_mod(id.as_str(), SHARDS)
+}
+
+/// FNV-1a of any id text, modulo `n`.
+fn hash_mod(text: &str, n: u32) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
-    for b in id.as_str().bytes() {
+    for b in text.bytes() {
         hash ^= u32::from(b);
         hash = hash.wrapping_mul(0x0100_0193);
     }
-    hash % SHARDS
+    hash % n
+}
+
+pub fn due_pk(id: &str) -> String {
+    format!("DUE#{}", hash_mod(id, DUE_SHARDS))
+}
+
+pub fn due_pk_of_shard(shard: u32) -> String {
+    format!("DUE#{shard}")
+}
+
+/// A fixed-width UTC time (sorts as text) for overdue-index sort keys.
+pub fn due_time(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+pub fn due_sk(at: DateTime<Utc>, id: &str) -> String {
+    format!("{}#{id}", due_time(at))
 }
 
 pub fn by_endpoint_pk(endpoint: &EndpointId, shard: u32) -> String {
@@ -116,6 +153,11 @@ struct EventItem<'a> {
     /// Present (true) only while fan-out remains: the stream filter's hook.
     #[serde(skip_serializing_if = "Option::is_none")]
     fanout: Option<bool>,
+    /// The overdue index, while fan-out remains.
+    #[serde(rename = "GSI3PK", skip_serializing_if = "Option::is_none")]
+    gsi3pk: Option<String>,
+    #[serde(rename = "GSI3SK", skip_serializing_if = "Option::is_none")]
+    gsi3sk: Option<String>,
     expires_at: i64,
 }
 
@@ -136,7 +178,14 @@ struct DeliveryItem<'a> {
     gsi2sk: &'a str,
     #[serde(flatten)]
     delivery: &'a Delivery,
-    expires_at: i64,
+    /// The overdue index, while pending.
+    #[serde(rename = "GSI3PK", skip_serializing_if = "Option::is_none")]
+    gsi3pk: Option<String>,
+    #[serde(rename = "GSI3SK", skip_serializing_if = "Option::is_none")]
+    gsi3sk: Option<String>,
+    /// TTL: only once finished (a pending delivery never expires).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<i64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -204,6 +253,9 @@ pub fn event_item(
             fanout_remaining,
             fanout_version,
             fanout: (!fanout_remaining.is_empty()).then_some(true),
+            gsi3pk: (!fanout_remaining.is_empty()).then(|| due_pk(event.id.as_str())),
+            gsi3sk: (!fanout_remaining.is_empty())
+                .then(|| due_sk(event.created_at, event.id.as_str())),
             expires_at: epoch_after(event.created_at, retention),
         },
     )
@@ -225,9 +277,28 @@ pub fn delivery_item(
             gsi2pk: by_status_pk(&delivery.app_id, delivery.status, shard),
             gsi2sk: delivery.id.as_str(),
             delivery,
-            expires_at: epoch_after(delivery.created_at, retention),
+            gsi3pk: delivery_due(delivery).map(|_| due_pk(delivery.id.as_str())),
+            gsi3sk: delivery_due(delivery).map(|at| due_sk(at, delivery.id.as_str())),
+            expires_at: delivery_expiry(delivery, retention),
         },
     )
+}
+
+/// When a delivery is due, for the overdue index: pending ones only.
+pub fn delivery_due(delivery: &Delivery) -> Option<DateTime<Utc>> {
+    (delivery.status == DeliveryStatus::Pending)
+        .then(|| delivery.next_attempt_at.unwrap_or(delivery.updated_at))
+}
+
+/// The TTL of a delivery: none while pending; `retention` after it finished.
+pub fn delivery_expiry(delivery: &Delivery, retention: std::time::Duration) -> Option<i64> {
+    (delivery.status != DeliveryStatus::Pending)
+        .then(|| epoch_after(delivery.updated_at, retention))
+}
+
+/// The TTL of an event restarted at `at`.
+pub fn event_expiry_after(at: DateTime<Utc>, retention: std::time::Duration) -> i64 {
+    epoch_after(at, retention)
 }
 
 pub fn idempotency_item(record: &IdempotencyRecord) -> Result<Item, PipelineError> {
@@ -327,7 +398,8 @@ pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
     match head.kind.as_str() {
         KIND_DELIVERY => {
             let delivery = delivery_from_item(image)?;
-            Ok(if delivery.status == DeliveryStatus::Pending {
+            // A re-queue by the reconciler: it sent the message itself.
+            Ok(if delivery.status == DeliveryStatus::Pending && !delivery.requeued {
                 StreamChange::PendingDelivery(Box::new(delivery))
             } else {
                 StreamChange::Ignored
@@ -355,7 +427,7 @@ mod tests {
             EventId::generate(),
             app.clone(),
             EventType::parse("order.paid").unwrap(),
-            &serde_json::json!({"a": [1, 2.5, null, "x"]}),
+            &serde_json::value::RawValue::from_string(r#"{"a": [1, 2.5, null, "x"]}"#.into()).unwrap(),
             now,
         );
         let ep = Endpoint {
@@ -370,6 +442,7 @@ mod tests {
             disabled_reason: None,
             created_at: now,
             updated_at: now,
+            version: 0,
         };
         let d = Delivery::new(
             DeliveryId::for_event_endpoint(&event.id, &ep.id),

@@ -14,8 +14,8 @@ use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
 use hookline_pipeline::ports::{
-    CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Result, Store,
-    StoredEvent,
+    CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Overdue, Result,
+    Store, StoredEvent,
 };
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
@@ -105,17 +105,7 @@ impl DynamoStore {
         if let Some((name, v)) = value {
             request = request.expression_attribute_values(name, s(v));
         }
-        match request.send().await {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(err) => Err(store_error("DeleteItem", err)),
-        }
+        condition_to_bool(request.send().await, "DeleteItem")
     }
 
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
@@ -255,6 +245,12 @@ impl DynamoStore {
                     if reasons.iter().any(condition_failed) {
                         return Err(TransactFailure::Conditions(reasons));
                     }
+                    if reasons
+                        .iter()
+                        .any(|r| r.code() == Some("TransactionConflict"))
+                    {
+                        return Err(TransactFailure::Contended);
+                    }
                 }
                 Err(TransactFailure::Other(store_error(
                     "TransactWriteItems",
@@ -268,6 +264,8 @@ impl DynamoStore {
 enum TransactFailure {
     /// Cancelled because of the conditions at these positions.
     Conditions(Vec<CancellationReason>),
+    /// Cancelled because another transaction held one of the items.
+    Contended,
     Other(PipelineError),
 }
 
@@ -313,10 +311,23 @@ impl Store for DynamoStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
+            .condition_expression("attribute_not_exists(PK)")
             .send()
             .await
             .map_err(|e| store_error("PutItem", e))?;
         Ok(())
+    }
+
+    async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
+        let item = into_sdk(schema::endpoint_item(endpoint)?);
+        let _g = self.guard().await;
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let result = versioned(request, expected_version).send().await;
+        condition_to_bool(result, "PutItem")
     }
 
     async fn disable_endpoint(
@@ -332,24 +343,18 @@ impl Store for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
-            .update_expression("SET disabled = :t, disabled_reason = :r, updated_at = :now")
+            .update_expression(
+                "SET disabled = :t, disabled_reason = :r, updated_at = :now ADD version :one",
+            )
             .condition_expression("attribute_exists(PK)")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":t", AttributeValue::Bool(true))
             .expression_attribute_values(":r", s(reason))
             .expression_attribute_values(":now", av(&now)?)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(err) => Err(store_error("UpdateItem", err)),
-        }
+        // A deleted endpoint stays deleted.
+        condition_to_bool(result, "UpdateItem").map(|_| ())
     }
 
     async fn get_idempotency(&self, app: &AppId, key: &str) -> Result<Option<IdempotencyRecord>> {
@@ -369,14 +374,10 @@ impl Store for DynamoStore {
                     && reasons.get(idem_position).is_some_and(condition_failed);
                 if let (true, Some(record)) = (idem_failed, &new.idempotency) {
                     // A concurrent request with the same key won the race.
-                    // A record may have expired between the two reads (TTL);
-                    // report the conflict then rather than inventing a body.
                     match self.get_idempotency(&record.app_id, &record.key).await? {
                         Some(existing) => Ok(CommitOutcome::IdempotencyKeyTaken(existing)),
-                        None => Err(PipelineError::Store {
-                            message: "idempotency record vanished during a race; retry".into(),
-                            retryable: true,
-                        }),
+                        // It expired between the two reads: try again.
+                        None => Ok(CommitOutcome::Contended),
                     }
                 } else {
                     Err(PipelineError::Store {
@@ -385,6 +386,7 @@ impl Store for DynamoStore {
                     })
                 }
             }
+            Err(TransactFailure::Contended) => Ok(CommitOutcome::Contended),
             Err(TransactFailure::Other(err)) => Err(err),
         }
     }
@@ -413,7 +415,7 @@ impl Store for DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
         update = if remaining.is_empty() {
             update.update_expression(
-                "SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout",
+                "SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout, GSI3PK, GSI3SK",
             )
         } else {
             update.update_expression("SET fanout_version = :next, fanout_remaining = :rest")
@@ -436,6 +438,10 @@ impl Store for DynamoStore {
             }
             Err(TransactFailure::Conditions(reasons)) => Err(PipelineError::Store {
                 message: format!("fan-out transaction cancelled: {reasons:?}"),
+                retryable: true,
+            }),
+            Err(TransactFailure::Contended) => Err(PipelineError::Store {
+                message: "fan-out transaction conflicted with another; retry".into(),
                 retryable: true,
             }),
             Err(TransactFailure::Other(err)) => Err(err),
@@ -521,52 +527,132 @@ impl Store for DynamoStore {
             .transpose()
     }
 
-    async fn update_delivery(
-        &self,
-        d: &Delivery,
-        expected_status: DeliveryStatus,
-        expected_attempt_count: u32,
-    ) -> Result<bool> {
+    async fn update_delivery(&self, d: &Delivery, expected_version: u64) -> Result<bool> {
         let shard = shard_of(&d.id);
+        let mut set = vec![
+            "#status = :status",
+            "attempt_count = :count",
+            "total_attempts = :total",
+            "manual_retries = :manual",
+            "attempts = :attempts",
+            "updated_at = :updated",
+            "GSI2PK = :gsi2",
+            "version = :version",
+        ];
+        let mut remove = Vec::new();
         let mut req = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(delivery_pk(&d.id), DELIVERY_SK)))
-            .condition_expression("#status = :expected_status AND attempt_count = :expected_count")
             .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":expected_status", s(expected_status.as_str()))
-            .expression_attribute_values(
-                ":expected_count",
-                AttributeValue::N(expected_attempt_count.to_string()),
-            )
             .expression_attribute_values(":status", s(d.status.as_str()))
             .expression_attribute_values(":count", AttributeValue::N(d.attempt_count.to_string()))
             .expression_attribute_values(":total", AttributeValue::N(d.total_attempts.to_string()))
             .expression_attribute_values(":manual", AttributeValue::N(d.manual_retries.to_string()))
             .expression_attribute_values(":attempts", av(&d.attempts)?)
             .expression_attribute_values(":updated", av(&d.updated_at)?)
-            .expression_attribute_values(":gsi2", s(by_status_pk(&d.app_id, d.status, shard)));
-        let set = "SET #status = :status, attempt_count = :count, total_attempts = :total, manual_retries = :manual, \
-                   attempts = :attempts, updated_at = :updated, GSI2PK = :gsi2";
-        req = match d.next_attempt_at {
-            Some(at) => req
-                .update_expression(format!("{set}, next_attempt_at = :next"))
-                .expression_attribute_values(":next", av(&at)?),
-            None => req.update_expression(format!("{set} REMOVE next_attempt_at")),
-        };
-        let _g = self.guard().await;
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
+            .expression_attribute_values(":gsi2", s(by_status_pk(&d.app_id, d.status, shard)))
+            .expression_attribute_values(":version", AttributeValue::N(d.version.to_string()));
+        match d.next_attempt_at {
+            Some(at) => {
+                set.push("next_attempt_at = :next");
+                req = req.expression_attribute_values(":next", av(&at)?);
             }
-            Err(err) => Err(store_error("UpdateItem", err)),
+            None => remove.push("next_attempt_at"),
         }
+        // Pending: in the overdue index and never expiring; finished: out of
+        // the index, expiring a retention after it finished.
+        match schema::delivery_due(d) {
+            Some(at) => {
+                set.extend(["GSI3PK = :gsi3pk", "GSI3SK = :gsi3sk"]);
+                req = req
+                    .expression_attribute_values(":gsi3pk", s(due_pk(d.id.as_str())))
+                    .expression_attribute_values(":gsi3sk", s(due_sk(at, d.id.as_str())));
+                remove.push("expires_at");
+            }
+            None => {
+                remove.extend(["GSI3PK", "GSI3SK"]);
+            }
+        }
+        if let Some(expiry) = schema::delivery_expiry(d, self.retention) {
+            set.push("expires_at = :expires");
+            req = req.expression_attribute_values(":expires", AttributeValue::N(expiry.to_string()));
+        }
+        if d.requeued {
+            set.push("requeued = :requeued");
+            req = req.expression_attribute_values(":requeued", AttributeValue::Bool(true));
+        } else {
+            remove.push("requeued");
+        }
+        let mut expression = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
+        let req = versioned_update(req.update_expression(expression), expected_version);
+        let _g = self.guard().await;
+        condition_to_bool(req.send().await, "UpdateItem")
+    }
+
+    async fn extend_event_retention(&self, id: &EventId, restarted_at: DateTime<Utc>) -> Result<()> {
+        let until = schema::event_expiry_after(restarted_at, self.retention);
+        let _g = self.guard().await;
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(event_pk(id), EVENT_SK)))
+            .update_expression("SET expires_at = :until")
+            .condition_expression("attribute_exists(PK) AND expires_at < :until")
+            .expression_attribute_values(":until", AttributeValue::N(until.to_string()))
+            .send()
+            .await;
+        // Not extended: already kept long enough, or gone (deliver then
+        // fails the delivery visibly: "event not found").
+        condition_to_bool(result, "UpdateItem").map(|_| ())
+    }
+
+    async fn overdue(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Vec<Overdue>> {
+        let mut out = Vec::new();
+        // `#` sorts after every digit: all entries due strictly before cutoff.
+        let below = format!("{}#", due_time(cutoff));
+        for shard in 0..DUE_SHARDS {
+            let mut start: Option<HashMap<String, AttributeValue>> = None;
+            loop {
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+                let _g = self.guard().await;
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(GSI_OVERDUE)
+                    .key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
+                    .expression_attribute_values(":pk", s(due_pk_of_shard(shard)))
+                    .expression_attribute_values(":below", s(below.clone()))
+                    .limit(i32::try_from(limit - out.len()).unwrap_or(1000).clamp(1, 1000))
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(|e| store_error("Query", e))?;
+                for item in page.items.unwrap_or_default() {
+                    let pk = item.get(PK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                    if let Some(id) = pk.strip_prefix("DLV#") {
+                        out.push(Overdue::Delivery(DeliveryId::parse(id)?));
+                    } else if let Some(id) = pk.strip_prefix("EVT#") {
+                        out.push(Overdue::Event(EventId::parse(id)?));
+                    } else {
+                        tracing::warn!(pk = %pk, "unexpected item in the overdue index");
+                    }
+                }
+                match page.last_evaluated_key {
+                    Some(key) if !key.is_empty() => start = Some(key),
+                    _ => break,
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
@@ -625,6 +711,55 @@ impl Store for DynamoStore {
         )
         .await
     }
+}
+
+/// `Ok(true)` on success, `Ok(false)` when the write's condition failed.
+fn condition_to_bool<T, E, R>(
+    result: std::result::Result<T, aws_sdk_dynamodb::error::SdkError<E, R>>,
+    op: &str,
+) -> Result<bool>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(err)
+            if err.as_service_error().and_then(|e| e.code())
+                == Some("ConditionalCheckFailedException") =>
+        {
+            Ok(false)
+        }
+        Err(err) => Err(store_error(op, err)),
+    }
+}
+
+/// The optimistic-concurrency condition on `version` (items written before
+/// versions existed have none and count as version 0).
+fn version_condition(expected: u64) -> &'static str {
+    if expected == 0 {
+        "attribute_exists(PK) AND (attribute_not_exists(version) OR version = :expected_version)"
+    } else {
+        "attribute_exists(PK) AND version = :expected_version"
+    }
+}
+
+fn versioned(
+    request: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
+    expected: u64,
+) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
+    request
+        .condition_expression(version_condition(expected))
+        .expression_attribute_values(":expected_version", AttributeValue::N(expected.to_string()))
+}
+
+fn versioned_update(
+    request: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    expected: u64,
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    request
+        .condition_expression(version_condition(expected))
+        .expression_attribute_values(":expected_version", AttributeValue::N(expected.to_string()))
 }
 
 /// Builds a `Put` of `item` that refuses to overwrite (shared with the outbox).

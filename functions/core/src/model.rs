@@ -16,6 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::ids::{AppId, DeliveryId, EndpointId, EventId, MessageId};
 use crate::retry::{classify, ResponseClass, RetryPolicy};
@@ -80,12 +81,13 @@ pub struct Event {
 
 impl Event {
     /// Builds the event and renders its body once, in the Standard Webhooks
-    /// payload shape `{"type": ..., "timestamp": ..., "data": ...}`.
+    /// payload shape `{"type": ..., "timestamp": ..., "data": ...}`, with the
+    /// producer's payload JSON text as `data`, byte for byte.
     pub fn new(
         id: EventId,
         app_id: AppId,
         event_type: EventType,
-        payload: &serde_json::Value,
+        payload: &RawValue,
         created_at: DateTime<Utc>,
     ) -> Self {
         let body = render_body(&event_type, created_at, payload);
@@ -100,25 +102,34 @@ impl Event {
 }
 
 /// `{"type":"<type>","timestamp":"<RFC 3339>","data":<payload>}`.
-pub fn render_body(
-    event_type: &EventType,
-    at: DateTime<Utc>,
-    payload: &serde_json::Value,
-) -> String {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        #[serde(rename = "type")]
-        event_type: &'a str,
-        timestamp: String,
-        data: &'a serde_json::Value,
+///
+/// `data` is the payload's JSON text exactly as the producer sent it (big
+/// integers, decimals, exponents, escapes, key order and inner spacing
+/// untouched): it is spliced in, never parsed into numbers and written again.
+/// The type is `[A-Za-z0-9._:-]` only (see [`EventType::parse`]) and the
+/// timestamp is digits and punctuation, so neither needs JSON escaping.
+pub fn render_body(event_type: &EventType, at: DateTime<Utc>, payload: &RawValue) -> String {
+    let timestamp = at.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let data = payload.get();
+    let mut body = String::with_capacity(48 + event_type.as_str().len() + data.len());
+    body.push_str(r#"{"type":""#);
+    body.push_str(event_type.as_str());
+    body.push_str(r#"","timestamp":""#);
+    body.push_str(&timestamp);
+    body.push_str(r#"","data":"#);
+    body.push_str(data);
+    body.push('}');
+    body
+}
+
+/// The `data` member of a rendered body, as raw JSON text (byte for byte
+/// what the producer sent). `None` if `body` is not a rendered body.
+pub fn body_data(body: &str) -> Option<Box<RawValue>> {
+    #[derive(Deserialize)]
+    struct Shape {
+        data: Box<RawValue>,
     }
-    let body = Body {
-        event_type: event_type.as_str(),
-        timestamp: at.to_rfc3339_opts(SecondsFormat::Millis, true),
-        data: payload,
-    };
-    // Serializing a `Value` and strings cannot fail.
-    serde_json::to_string(&body).unwrap_or_default()
+    serde_json::from_str::<Shape>(body).ok().map(|s| s.data)
 }
 
 /// A secret that still signs after a rotation, until `expires_at`.
@@ -147,6 +158,11 @@ pub struct Endpoint {
     pub disabled_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Bumped by every write (PATCH, rotation, auto-disable): writes are
+    /// conditional on it, so concurrent changes never undo each other.
+    /// Items written before it existed read as 0.
+    #[serde(default)]
+    pub version: u64,
 }
 
 impl Endpoint {
@@ -324,6 +340,18 @@ pub struct Delivery {
     pub total_attempts: u32,
     /// Manual retries (redrives) so far.
     pub manual_retries: u32,
+    /// Bumped by every change of state (each attempt recorded, each failure,
+    /// each manual retry, each re-queue by the reconciler); never repeats, so
+    /// a conditional write on it cannot be fooled by a state that comes back
+    /// (ABA: a manual retry resets `attempt_count`). Items written before it
+    /// existed read as 0.
+    #[serde(default)]
+    pub version: u64,
+    /// Set by [`Delivery::requeue`]: the reconciler itself queued the attempt
+    /// due now, so the table's stream must not queue it a second time.
+    /// Cleared by the next attempt or manual retry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
     /// When the next attempt is due; `None` once delivered or failed.
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// The most recent attempts, oldest first, at most [`ATTEMPT_LOG_LIMIT`].
@@ -345,6 +373,8 @@ impl Delivery {
             attempt_count: 0,
             total_attempts: 0,
             manual_retries: 0,
+            version: 0,
+            requeued: false,
             next_attempt_at: Some(now),
             attempts: Vec::new(),
             created_at: now,
@@ -413,6 +443,8 @@ impl Delivery {
     }
 
     fn push_attempt(&mut self, attempt: Attempt) {
+        self.version += 1;
+        self.requeued = false;
         self.attempt_count += 1;
         self.total_attempts += 1;
         self.updated_at = attempt.at;
@@ -442,6 +474,23 @@ impl Delivery {
         })
     }
 
+    /// The reconciler found this pending delivery overdue (its queue message
+    /// was lost): the attempt is due now, under a new version so any older
+    /// message for it that still turns up is stale.
+    pub fn requeue(&mut self, now: DateTime<Utc>) -> Result<(), CoreError> {
+        if self.status != DeliveryStatus::Pending {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "re-queue",
+            });
+        }
+        self.version += 1;
+        self.requeued = true;
+        self.next_attempt_at = Some(now);
+        self.updated_at = now;
+        Ok(())
+    }
+
     /// A manual retry: `failed -> pending`, due now, with a fresh attempt
     /// budget. The attempt log is kept.
     pub fn manual_retry(&mut self, now: DateTime<Utc>) -> Result<(), CoreError> {
@@ -452,6 +501,8 @@ impl Delivery {
             });
         }
         self.status = DeliveryStatus::Pending;
+        self.version += 1;
+        self.requeued = false;
         self.attempt_count = 0;
         self.manual_retries += 1;
         self.next_attempt_at = Some(now);
@@ -468,6 +519,10 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
     fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
     }
@@ -477,7 +532,7 @@ mod tests {
             EventId::generate(),
             AppId::parse("app1").unwrap(),
             EventType::parse("order.paid").unwrap(),
-            &serde_json::json!({"order_id": 42, "amount": "10.00"}),
+            &raw(r#"{"order_id": 42, "amount": "10.00"}"#),
             t0(),
         )
     }
@@ -507,10 +562,32 @@ mod tests {
         let e = event();
         assert_eq!(
             e.body,
-            r#"{"type":"order.paid","timestamp":"2026-01-02T03:04:05.000Z","data":{"amount":"10.00","order_id":42}}"#
+            r#"{"type":"order.paid","timestamp":"2026-01-02T03:04:05.000Z","data":{"order_id": 42, "amount": "10.00"}}"#
         );
         let again: Event = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
         assert_eq!(again.body, e.body);
+    }
+
+    #[test]
+    fn payload_bytes_are_kept_exactly() {
+        // Beyond 64 bits, 30-digit decimals, exponents, escapes, key order,
+        // inner spacing and duplicate-looking keys: all must survive.
+        let payload = r#"{"id":12345678901234567890123, "amount":10.50,"small":1e2,"pi":3.141592653589793238462643383279,
+  "neg":-0.0,"esc":"\u00e9\n\"q\"","z":1,"a":[1E+300 ,2]}"#;
+        let e = Event::new(
+            EventId::generate(),
+            AppId::parse("app1").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &raw(payload),
+            t0(),
+        );
+        let prefix = r#"{"type":"order.paid","timestamp":"2026-01-02T03:04:05.000Z","data":"#;
+        assert_eq!(e.body, format!("{prefix}{payload}}}"));
+        assert_eq!(body_data(&e.body).unwrap().get(), payload);
+        // The body is valid JSON with the standard shape.
+        let parsed: serde_json::Value = serde_json::from_str(&e.body).unwrap();
+        assert_eq!(parsed["type"], "order.paid");
+        assert!(body_data("not json").is_none());
     }
 
     #[test]
@@ -606,6 +683,34 @@ mod tests {
             .unwrap();
         assert_eq!(t, Transition::Delivered);
         assert_eq!(d.total_attempts, 5);
+    }
+
+    #[test]
+    fn version_never_repeats_across_manual_retries() {
+        // ABA: after exhaustion and a manual retry, attempt_count returns to
+        // earlier values; the version does not.
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        let p = compressed();
+        let mut seen = vec![(d.attempt_count, d.version)];
+        for n in 1..=4 {
+            d.record_attempt(attempt(n, Some(503), t0()), None, &p, &mut rng)
+                .unwrap();
+            seen.push((d.attempt_count, d.version));
+        }
+        d.manual_retry(t0()).unwrap();
+        seen.push((d.attempt_count, d.version));
+        d.record_attempt(attempt(1, Some(503), t0()), None, &p, &mut rng)
+            .unwrap();
+        seen.push((d.attempt_count, d.version));
+        d.requeue(t0()).unwrap();
+        seen.push((d.attempt_count, d.version));
+        let counts: Vec<u32> = seen.iter().map(|s| s.0).collect();
+        let versions: Vec<u64> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(counts, [0, 1, 2, 3, 4, 0, 1, 1], "attempt_count repeats");
+        assert_eq!(versions, [0, 1, 2, 3, 4, 5, 6, 7], "version is strictly increasing");
+        d.fail_now(attempt(2, None, t0())).unwrap();
+        assert!(d.requeue(t0()).is_err(), "only a pending delivery is re-queued");
     }
 
     #[test]
@@ -723,6 +828,7 @@ mod tests {
             disabled_reason: None,
             created_at: t0(),
             updated_at: t0(),
+            version: 0,
         };
         let paid = EventType::parse("order.paid").unwrap();
         let user = EventType::parse("user.created").unwrap();

@@ -184,6 +184,21 @@ impl RetryPolicy {
         })
     }
 
+    /// The longest a delivery can stay pending on its own: every delay at
+    /// its largest (full jitter, or the longest `Retry-After` honoured).
+    /// Retention must be longer, or data could expire while still due.
+    pub fn longest_window(&self) -> Duration {
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        (1..self.max_attempts)
+            .map(|n| {
+                self.schedule
+                    .base_delay(n)
+                    .mul_f64(1.0 + jitter)
+                    .max(self.retry_after_max)
+            })
+            .sum()
+    }
+
     /// Sum of un-jittered delays over the whole budget.
     pub fn total_window(&self) -> Duration {
         (1..self.max_attempts)

@@ -54,7 +54,7 @@ mod tests {
             EventId::parse("evt_01m8vgw5r0fe7bg2yq1bg7gk3r").unwrap(),
             app.clone(),
             EventType::parse("order.paid").unwrap(),
-            &serde_json::json!({"order_id": "ord_1042"}),
+            &serde_json::value::RawValue::from_string(r#"{"order_id":"ord_1042"}"#.into()).unwrap(),
             now,
         );
         let endpoint = Endpoint {
@@ -69,6 +69,7 @@ mod tests {
             disabled_reason: None,
             created_at: now,
             updated_at: now,
+            version: 0,
         };
         let delivery = Delivery::new(
             DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap(),

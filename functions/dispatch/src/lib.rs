@@ -11,63 +11,104 @@ use hookline_core::model::Delivery;
 use hookline_pipeline::dispatch::{materialise_fanout, queue_pending, StreamChange};
 use hookline_pipeline::ports::{Queue, Store};
 
-/// Handles one batch of stream records. A record that fails is reported (with
-/// everything after it, as Lambda checkpoints at the first failure); the rest
-/// is done. Handling is idempotent, so re-delivered records are harmless.
+/// Handles one batch of stream records, in order. At the first record that
+/// fails, it stops and reports that record and every one after it: Lambda
+/// retries the batch from the lowest reported sequence number, so records
+/// after a failure must not be acted on now (they would be queued again on
+/// every retry, up to the mapping's 50, and POSTed in bursts). Handling is
+/// idempotent, so a re-delivered record is harmless.
 pub async fn handle<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     event: Event,
     now: DateTime<Utc>,
 ) -> DynamoDbEventResponse {
-    let mut failed_seqs: Vec<String> = Vec::new();
-    let mut pending: Vec<(String, Delivery)> = Vec::new();
-    for record in event.records {
+    let seqs: Vec<String> = event
+        .records
+        .iter()
+        .map(|r| r.change.sequence_number.clone().unwrap_or_default())
+        .collect();
+    let first_failure = handle_in_order(store, queue, event, now).await;
+    let mut response = DynamoDbEventResponse::default();
+    if let Some(first) = first_failure {
+        for seq in &seqs[first..] {
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(seq.clone());
+            response.batch_item_failures.push(failure);
+        }
+    }
+    tracing::info!(
+        records = seqs.len(),
+        failures = response.batch_item_failures.len(),
+        "dispatch batch done"
+    );
+    response
+}
+
+/// Runs the records in order; returns the index of the first that failed.
+/// Consecutive pending deliveries are queued together (SendMessageBatch by
+/// 10) before anything that follows them.
+async fn handle_in_order<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    event: Event,
+    now: DateTime<Utc>,
+) -> Option<usize> {
+    let mut run: Vec<(usize, Delivery)> = Vec::new();
+    for (index, record) in event.records.into_iter().enumerate() {
         let seq = record.change.sequence_number.clone().unwrap_or_default();
         if record.event_name == "REMOVE" {
             continue;
         }
         match decode_stream_image(record.change.new_image) {
-            Ok(StreamChange::PendingDelivery(d)) => pending.push((seq, *d)),
+            Ok(StreamChange::PendingDelivery(d)) => run.push((index, *d)),
+            Ok(StreamChange::Ignored) => {}
             Ok(StreamChange::EventFanout(event_id)) => {
+                if let Some(failed) = flush(queue, &mut run, now).await {
+                    return Some(failed);
+                }
                 if let Err(err) = materialise_fanout(store, &event_id, now).await {
                     tracing::error!(event_id = %event_id, sequence_number = %seq, error = %err, "fan-out failed");
-                    failed_seqs.push(seq);
+                    return Some(index);
                 }
             }
-            Ok(StreamChange::Ignored) => {}
             Err(err) => {
-                tracing::error!(sequence_number = %seq, error = %err, "undecodable stream record");
-                failed_seqs.push(seq);
-            }
-        }
-    }
-    let refs: Vec<&Delivery> = pending.iter().map(|(_, d)| d).collect();
-    match queue_pending(queue, &refs, now).await {
-        Ok(failed_ids) => {
-            for (seq, d) in &pending {
-                if failed_ids.contains(&d.id) {
-                    failed_seqs.push(seq.clone());
+                if let Some(failed) = flush(queue, &mut run, now).await {
+                    return Some(failed);
                 }
+                tracing::error!(sequence_number = %seq, error = %err, "undecodable stream record");
+                return Some(index);
             }
         }
+    }
+    flush(queue, &mut run, now).await
+}
+
+/// Queues a run of pending deliveries; the record index of the first one
+/// not accepted, if any.
+async fn flush<Q: Queue>(
+    queue: &Q,
+    run: &mut Vec<(usize, Delivery)>,
+    now: DateTime<Utc>,
+) -> Option<usize> {
+    if run.is_empty() {
+        return None;
+    }
+    let batch = std::mem::take(run);
+    let refs: Vec<&Delivery> = batch.iter().map(|(_, d)| d).collect();
+    match queue_pending(queue, &refs, now).await {
+        Ok(failed_ids) => batch
+            .iter()
+            .find(|(_, d)| failed_ids.contains(&d.id))
+            .map(|(index, d)| {
+                tracing::error!(delivery_id = %d.id, "queue refused a delivery message");
+                *index
+            }),
         Err(err) => {
-            tracing::error!(error = %err, deliveries = pending.len(), "queueing failed");
-            failed_seqs.extend(pending.iter().map(|(seq, _)| seq.clone()));
+            tracing::error!(error = %err, deliveries = batch.len(), "queueing failed");
+            batch.first().map(|(index, _)| *index)
         }
     }
-    tracing::info!(
-        queued = pending.len(),
-        failures = failed_seqs.len(),
-        "dispatch batch done"
-    );
-    let mut response = DynamoDbEventResponse::default();
-    for seq in failed_seqs {
-        let mut failure = DynamoDbBatchItemFailure::default();
-        failure.item_identifier = Some(seq);
-        response.batch_item_failures.push(failure);
-    }
-    response
 }
 
 #[cfg(test)]
@@ -109,6 +150,67 @@ mod tests {
         assert!(response.batch_item_failures.is_empty());
         let sent = queue.sent();
         assert_eq!((sent[0].0.attempt, sent[0].1), (2, 30));
+    }
+
+    /// Three records; the second is poison. Before the fix the third was
+    /// queued anyway, and again on every stream retry (up to 50), all due at
+    /// the same time: a burst of duplicate POSTs.
+    #[tokio::test]
+    async fn stops_at_the_first_failure_and_reports_it_with_everything_after() {
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let mut json: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
+                .unwrap();
+        let record = json["Records"][0].clone();
+        let ids = [
+            "dlv_01m8vgw5r0fd5bkndpb8a897m1",
+            "dlv_01m8vgw5r0fd5bkndpb8a897m2",
+            "dlv_01m8vgw5r0fd5bkndpb8a897m3",
+        ];
+        let records: Vec<serde_json::Value> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let mut r = record.clone();
+                r["dynamodb"]["NewImage"]["id"] = serde_json::json!({ "S": id });
+                r["dynamodb"]["SequenceNumber"] = serde_json::json!(format!("{}", 500 + i));
+                r
+            })
+            .collect();
+        json["Records"] = serde_json::Value::Array(records);
+        // The second record is poison (undecodable): it fails on every retry.
+        json["Records"][1]["dynamodb"]["NewImage"]["attempt_count"] =
+            serde_json::json!({"S": "many"});
+        let response = handle(
+            &store,
+            &queue,
+            serde_json::from_value(json).unwrap(),
+            at(1_796_217_600),
+        )
+        .await;
+        let reported: Vec<_> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone().unwrap())
+            .collect();
+        assert_eq!(reported, ["501", "502"]);
+        let sent: Vec<_> = queue
+            .sent()
+            .iter()
+            .map(|(m, _)| m.delivery_id.to_string())
+            .collect();
+        assert_eq!(sent, [ids[0]], "nothing after the failure is queued");
+
+        // A refused message is reported from there on, too.
+        let queue = MemoryQueue::default();
+        let mut json: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
+                .unwrap();
+        json["Records"][0]["dynamodb"]["SequenceNumber"] = serde_json::json!("700");
+        queue.refuse(&hookline_core::ids::DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap());
+        let response = handle(&store, &queue, serde_json::from_value(json).unwrap(), at(1_796_217_600)).await;
+        assert_eq!(response.batch_item_failures.len(), 1);
+        assert!(queue.sent().is_empty());
     }
 
     #[tokio::test]

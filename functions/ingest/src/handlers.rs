@@ -213,15 +213,16 @@ pub async fn get_event<S: Store, Q>(api: &Api<S, Q>, call: &Call<'_>) -> Answer 
         .await?
         .filter(|e| e.event.app_id == app)
         .ok_or(PipelineError::NotFound("event"))?;
-    let body: serde_json::Value =
-        serde_json::from_str(&stored.event.body).unwrap_or(serde_json::Value::Null);
+    let payload = hookline_core::model::body_data(&stored.event.body).ok_or_else(|| {
+        PipelineError::Corrupt(format!("event {} has no rendered body", stored.event.id))
+    })?;
     Ok(json(
         StatusCode::OK,
         &EventOut {
             id: stored.event.id.to_string(),
             event_type: stored.event.event_type.to_string(),
             created_at: stored.event.created_at,
-            payload: body["data"].clone(),
+            payload,
             fanout_pending: stored.fanout_remaining.len(),
         },
     ))
@@ -259,6 +260,7 @@ pub async fn create_endpoint<S: Store, Q>(
         disabled_reason: None,
         created_at: call.now,
         updated_at: call.now,
+        version: 0,
     };
     api.store.put_endpoint(&endpoint).await?;
     tracing::info!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, "endpoint created");
@@ -300,27 +302,62 @@ pub async fn get_endpoint<S: Store, Q>(api: &Api<S, Q>, call: &Call<'_>) -> Answ
         (status = 404, body = ErrorBody)))]
 pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: &Call<'_>) -> Answer {
     let req: UpdateEndpoint = call.json()?;
-    let mut endpoint = endpoint_of(api, call).await?;
-    if let Some(url) = req.url {
-        check_url(api, &url).await?;
-        endpoint.url = url;
+    if let Some(url) = &req.url {
+        check_url(api, url).await?;
     }
-    if let Some(types) = req.event_types {
-        validate_event_types(&types)?;
-        endpoint.event_types = types;
+    if let Some(types) = &req.event_types {
+        validate_event_types(types)?;
     }
-    if let Some(description) = req.description {
-        validate_description(Some(&description))?;
-        endpoint.description = Some(description);
-    }
-    if let Some(disabled) = req.disabled {
-        endpoint.disabled = disabled;
-        endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_owned());
-    }
-    endpoint.updated_at = call.now;
-    api.store.put_endpoint(&endpoint).await?;
+    validate_description(req.description.as_ref())?;
+    let endpoint = change_endpoint(api, call, |endpoint| {
+        if let Some(url) = &req.url {
+            endpoint.url.clone_from(url);
+        }
+        if let Some(types) = &req.event_types {
+            endpoint.event_types.clone_from(types);
+        }
+        if let Some(description) = &req.description {
+            endpoint.description = Some(description.clone());
+        }
+        if let Some(disabled) = req.disabled {
+            endpoint.disabled = disabled;
+            endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_owned());
+        }
+    })
+    .await?;
     tracing::info!(endpoint_id = %endpoint.id, disabled = endpoint.disabled, "endpoint updated");
     Ok(json(StatusCode::OK, &EndpointOut::new(&endpoint, false)))
+}
+
+/// Times a change is re-applied to a freshly read endpoint when a concurrent
+/// write (a rotation, a PATCH, an auto-disable) moved its version meanwhile.
+const ENDPOINT_WRITE_ROUNDS: usize = 5;
+
+/// Read, change, write conditionally on the version read; on a conflict
+/// read again and re-apply `change` (so two concurrent PATCHes of different
+/// fields both land, a PATCH never writes back a rotated-away secret, and a
+/// deleted endpoint is not resurrected: 404).
+async fn change_endpoint<S: Store, Q>(
+    api: &Api<S, Q>,
+    call: &Call<'_>,
+    mut change: impl FnMut(&mut Endpoint),
+) -> Result<Endpoint, ApiError> {
+    for _ in 0..ENDPOINT_WRITE_ROUNDS {
+        let mut endpoint = endpoint_of(api, call).await?;
+        let expected = endpoint.version;
+        change(&mut endpoint);
+        endpoint.version = expected + 1;
+        endpoint.updated_at = call.now;
+        if api.store.update_endpoint(&endpoint, expected).await? {
+            return Ok(endpoint);
+        }
+        tracing::info!(endpoint_id = %endpoint.id, "endpoint changed meanwhile; applying again");
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "conflict",
+        "the endpoint kept changing meanwhile; retry",
+    ))
 }
 
 /// Deletes an endpoint; its pending deliveries fail ("endpoint deleted").
@@ -349,13 +386,15 @@ pub async fn rotate_secret<S: Store, Q>(
     rng: &mut (dyn RngCore + Send),
 ) -> Answer {
     let req: RotateSecret = call.json_or_default()?;
-    let mut endpoint = endpoint_of(api, call).await?;
     let secret = match req.secret {
         Some(s) => Secret::parse(&s).map_err(PipelineError::from)?,
         None => Secret::generate(rng),
     };
-    endpoint.rotate_secret(secret, call.now, api.settings.rotation_overlap);
-    api.store.put_endpoint(&endpoint).await?;
+    let overlap = api.settings.rotation_overlap;
+    let endpoint = change_endpoint(api, call, |endpoint| {
+        endpoint.rotate_secret(secret.clone(), call.now, overlap);
+    })
+    .await?;
     tracing::info!(endpoint_id = %endpoint.id, "secret rotated");
     Ok(json(StatusCode::OK, &EndpointOut::new(&endpoint, true)))
 }
@@ -575,6 +614,11 @@ pub async fn dlq_status<S, Q: Queue>(api: &Api<S, Q>, call: &Call<'_>) -> Answer
     Ok(json(StatusCode::OK, &DlqStatus { depth }))
 }
 
+/// A redrive through the API answers within API Gateway's 30 s limit; it
+/// reports `complete: false` when there is more to do (call again, or run
+/// the retry function, which has minutes).
+const REDRIVE_BUDGET: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Drains the DLQ: failed deliveries start again (the retry function's
 /// logic; admin key only).
 #[utoipa::path(post, path = "/v1/dlq/redrive", tag = "dlq",
@@ -584,7 +628,7 @@ pub async fn dlq_status<S, Q: Queue>(api: &Api<S, Q>, call: &Call<'_>) -> Answer
 pub async fn dlq_redrive<S: Store, Q: Queue>(api: &Api<S, Q>, call: &Call<'_>) -> Answer {
     call.scope()?.require_admin()?;
     let req: RedriveRequest = call.json_or_default()?;
-    let report = redrive(&api.store, &api.queue, &req, call.now).await?;
+    let report = redrive(&api.store, &api.queue, &req, call.now, REDRIVE_BUDGET).await?;
     Ok(json(StatusCode::OK, &report))
 }
 

@@ -110,9 +110,9 @@ pub struct EventOut {
     pub id: String,
     pub event_type: String,
     pub created_at: DateTime<Utc>,
-    /// The payload as accepted.
+    /// The payload as accepted, byte for byte.
     #[schema(value_type = Object)]
-    pub payload: serde_json::Value,
+    pub payload: Box<serde_json::value::RawValue>,
     /// Endpoints still to get a delivery item (large fan-outs, in chunks).
     pub fanout_pending: usize,
 }

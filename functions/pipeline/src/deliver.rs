@@ -138,19 +138,23 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             tracing::warn!(delivery_id = %message.delivery_id, "message for an unknown delivery acked");
             return Ok(DeliverOutcome::Stale);
         };
-        if delivery.status != DeliveryStatus::Pending
-            || delivery.next_attempt_number() != message.attempt
-        {
+        let current = delivery.status == DeliveryStatus::Pending
+            && match message.version {
+                Some(version) => version == delivery.version,
+                None => delivery.next_attempt_number() == message.attempt,
+            };
+        if !current {
             tracing::info!(
                 delivery_id = %delivery.id,
                 status = %delivery.status,
                 message_attempt = message.attempt,
-                next_attempt = delivery.next_attempt_number(),
+                message_version = ?message.version,
+                version = delivery.version,
                 "stale message acked"
             );
             return Ok(DeliverOutcome::Stale);
         }
-        let expected_count = delivery.attempt_count;
+        let expected_version = delivery.version;
         let number = delivery.next_attempt_number();
         let endpoint = self
             .endpoint(&delivery.app_id, &delivery.endpoint_id)
@@ -246,7 +250,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
         if !self
             .store
-            .update_delivery(&delivery, DeliveryStatus::Pending, expected_count)
+            .update_delivery(&delivery, expected_version)
             .await?
         {
             tracing::warn!(delivery_id = %delivery.id, attempt = number, "attempt raced with another writer; result dropped");

@@ -38,6 +38,7 @@ pub fn message_for(delivery: &Delivery, now: DateTime<Utc>) -> Option<(DeliveryM
         app_id: delivery.app_id.to_string(),
         endpoint_id: delivery.endpoint_id.clone(),
         event_type: delivery.event_type.to_string(),
+        version: Some(delivery.version),
         failure: None,
     };
     Some((message, delay_seconds(not_before, now)))

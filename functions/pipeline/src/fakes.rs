@@ -22,6 +22,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct StoreState {
     endpoints: HashMap<EndpointId, Endpoint>,
     events: HashMap<EventId, StoredEvent>,
+    /// Restart times passed to `extend_event_retention`.
+    retained: HashMap<EventId, DateTime<Utc>>,
+    /// The next this-many commits answer `Contended` (DynamoDB's
+    /// TransactionConflict, which moto never produces).
+    contended_commits: u32,
     deliveries: HashMap<DeliveryId, Delivery>,
     idempotency: HashMap<(AppId, String), IdempotencyRecord>,
     api_keys: HashMap<ApiKeyId, ApiKey>,
@@ -45,7 +50,24 @@ impl MemoryStore {
     pub fn deliveries(&self) -> Vec<Delivery> {
         lock(&self.state).deliveries.values().cloned().collect()
     }
+
+    /// The next `n` commits meet a TransactionConflict.
+    pub fn contend_next_commits(&self, n: u32) {
+        lock(&self.state).contended_commits = n;
+    }
+
+    /// When an event's retention was last pushed back (by a restart).
+    pub fn retained_from(&self, id: &EventId) -> Option<DateTime<Utc>> {
+        lock(&self.state).retained.get(id).copied()
+    }
+
+    pub fn endpoint(&self, id: &EndpointId) -> Option<Endpoint> {
+        lock(&self.state).endpoints.get(id).cloned()
+    }
 }
+
+/// Idempotency records live this long (as in the DynamoDB store).
+const IDEMPOTENCY_TTL: chrono::Duration = chrono::Duration::hours(24);
 
 impl Store for MemoryStore {
     async fn list_endpoints(&self, app: &AppId) -> Result<Vec<Endpoint>> {
@@ -64,10 +86,25 @@ impl Store for MemoryStore {
             .cloned())
     }
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
-        lock(&self.state)
-            .endpoints
-            .insert(endpoint.id.clone(), endpoint.clone());
+        let mut s = lock(&self.state);
+        if s.endpoints.contains_key(&endpoint.id) {
+            return Err(crate::PipelineError::Store {
+                message: "endpoint exists".into(),
+                retryable: false,
+            });
+        }
+        s.endpoints.insert(endpoint.id.clone(), endpoint.clone());
         Ok(())
+    }
+    async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
+        let mut s = lock(&self.state);
+        match s.endpoints.get_mut(&endpoint.id) {
+            Some(e) if e.version == expected_version => {
+                *e = endpoint.clone();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
     async fn disable_endpoint(
         &self,
@@ -80,6 +117,7 @@ impl Store for MemoryStore {
             e.disabled = true;
             e.disabled_reason = Some(reason.to_owned());
             e.updated_at = now;
+            e.version += 1;
         }
         Ok(())
     }
@@ -87,13 +125,20 @@ impl Store for MemoryStore {
         Ok(lock(&self.state)
             .idempotency
             .get(&(app.clone(), key.to_owned()))
+            .filter(|r| r.created_at + IDEMPOTENCY_TTL > Utc::now())
             .cloned())
     }
     async fn commit_event(&self, new: &NewEvent) -> Result<CommitOutcome> {
         let mut s = lock(&self.state);
+        if s.contended_commits > 0 {
+            s.contended_commits -= 1;
+            return Ok(CommitOutcome::Contended);
+        }
         if let Some(r) = &new.idempotency {
             if let Some(existing) = s.idempotency.get(&(r.app_id.clone(), r.key.clone())) {
-                return Ok(CommitOutcome::IdempotencyKeyTaken(existing.clone()));
+                if existing.created_at + IDEMPOTENCY_TTL > r.created_at {
+                    return Ok(CommitOutcome::IdempotencyKeyTaken(existing.clone()));
+                }
             }
             s.idempotency
                 .insert((r.app_id.clone(), r.key.clone()), r.clone());
@@ -174,20 +219,42 @@ impl Store for MemoryStore {
     async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
         Ok(lock(&self.state).deliveries.get(id).cloned())
     }
-    async fn update_delivery(
-        &self,
-        delivery: &Delivery,
-        expected_status: DeliveryStatus,
-        expected_attempt_count: u32,
-    ) -> Result<bool> {
+    async fn update_delivery(&self, delivery: &Delivery, expected_version: u64) -> Result<bool> {
         let mut s = lock(&self.state);
         match s.deliveries.get_mut(&delivery.id) {
-            Some(d) if d.status == expected_status && d.attempt_count == expected_attempt_count => {
+            Some(d) if d.version == expected_version => {
                 *d = delivery.clone();
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+    async fn extend_event_retention(&self, id: &EventId, restarted_at: DateTime<Utc>) -> Result<()> {
+        lock(&self.state).retained.insert(id.clone(), restarted_at);
+        Ok(())
+    }
+    async fn overdue(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Vec<Overdue>> {
+        let s = lock(&self.state);
+        let mut due: Vec<(DateTime<Utc>, Overdue)> = s
+            .deliveries
+            .values()
+            .filter(|d| d.status == DeliveryStatus::Pending)
+            .map(|d| {
+                (
+                    d.next_attempt_at.unwrap_or(d.updated_at),
+                    Overdue::Delivery(d.id.clone()),
+                )
+            })
+            .chain(
+                s.events
+                    .values()
+                    .filter(|e| !e.fanout_remaining.is_empty())
+                    .map(|e| (e.event.created_at, Overdue::Event(e.event.id.clone()))),
+            )
+            .filter(|(at, _)| *at < cutoff)
+            .collect();
+        due.sort_by_key(|(at, _)| *at);
+        Ok(due.into_iter().take(limit).map(|(_, o)| o).collect())
     }
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
         lock(&self.state)
@@ -224,6 +291,11 @@ pub struct MemoryQueue {
     pub sent: Mutex<Vec<(DeliveryMessage, i32)>>,
     pub dlq: Mutex<Vec<(String, String)>>,
     next_receipt: Mutex<u64>,
+    /// Messages for these deliveries are refused (a partial batch failure).
+    refused: Mutex<std::collections::HashSet<DeliveryId>>,
+    /// Short polls (no wait) answer empty this many times even when messages
+    /// wait: SQS's short poll samples only some of its servers.
+    empty_short_polls: Mutex<u32>,
 }
 
 impl MemoryQueue {
@@ -232,6 +304,14 @@ impl MemoryQueue {
     }
     pub fn dlq_bodies(&self) -> Vec<String> {
         lock(&self.dlq).iter().map(|(_, b)| b.clone()).collect()
+    }
+    /// Refuses the next messages for `id`.
+    pub fn refuse(&self, id: &DeliveryId) {
+        lock(&self.refused).insert(id.clone());
+    }
+    /// The next `n` short polls of the DLQ answer empty.
+    pub fn empty_short_polls(&self, n: u32) {
+        *lock(&self.empty_short_polls) = n;
     }
     pub fn push_dlq(&self, body: String) {
         let mut n = lock(&self.next_receipt);
@@ -242,14 +322,34 @@ impl MemoryQueue {
 
 impl Queue for MemoryQueue {
     async fn send_deliveries(&self, messages: &[(DeliveryMessage, i32)]) -> Result<Vec<usize>> {
-        lock(&self.sent).extend(messages.iter().cloned());
-        Ok(Vec::new())
+        let refused = lock(&self.refused).clone();
+        let mut failed = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            if refused.contains(&m.0.delivery_id) {
+                failed.push(i);
+            } else {
+                lock(&self.sent).push(m.clone());
+            }
+        }
+        Ok(failed)
     }
     async fn send_to_dlq(&self, message: &DeliveryMessage) -> Result<()> {
         self.push_dlq(message.to_json());
         Ok(())
     }
-    async fn receive_dlq(&self, max: i32, _visibility: Duration) -> Result<Vec<DlqEntry>> {
+    async fn receive_dlq(
+        &self,
+        max: i32,
+        _visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<DlqEntry>> {
+        if wait.is_zero() {
+            let mut empty = lock(&self.empty_short_polls);
+            if *empty > 0 {
+                *empty -= 1;
+                return Ok(Vec::new());
+            }
+        }
         // A received message is hidden by prefixing its receipt handle with `h`
         // until it is deleted or released.
         let mut dlq = lock(&self.dlq);

@@ -12,6 +12,7 @@ use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, Endpoint, Event, EventType};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::ports::{CommitOutcome, IdempotencyRecord, NewEvent, Store, INLINE_DELIVERIES};
@@ -24,8 +25,10 @@ use crate::{PipelineError, Settings};
 pub struct EventRequest {
     /// Dot-separated name, e.g. `order.paid`.
     pub event_type: String,
-    /// Any JSON value; sent to receivers as `data`.
-    pub payload: serde_json::Value,
+    /// Any JSON value; sent to receivers as `data`, byte for byte as sent
+    /// here (kept as raw JSON text, never parsed into numbers and rewritten).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub payload: Box<RawValue>,
 }
 
 /// The 202 body.
@@ -85,7 +88,7 @@ pub async fn ingest<S: Store>(
         )
     })?;
     let event_type = EventType::parse(&request.event_type)?;
-    let payload_text = request.payload.to_string();
+    let payload_text = request.payload.get();
     if payload_text.len() > settings.max_payload_bytes {
         return Err(payload_too_large(settings));
     }
@@ -122,24 +125,44 @@ pub async fn ingest<S: Store>(
         response: response_body.clone(),
         created_at: now,
     });
-    match store.commit_event(&new).await? {
-        CommitOutcome::Committed => {
-            tracing::info!(
-                event_id = %new.event.id,
-                app_id = %app_id,
-                event_type = %new.event.event_type,
-                deliveries = response.delivery_ids.len(),
-                fanout_deferred = new.fanout_remaining.len(),
-                "event accepted"
-            );
-            Ok(Accepted {
-                body: response_body,
-                replayed: false,
-            })
+    // A TransactionConflict (a concurrent request on the same key) is not a
+    // failure: look again (the winner's answer is replayed) or commit again.
+    for round in 0..COMMIT_ROUNDS {
+        match store.commit_event(&new).await? {
+            CommitOutcome::Committed => {
+                tracing::info!(
+                    event_id = %new.event.id,
+                    app_id = %app_id,
+                    event_type = %new.event.event_type,
+                    deliveries = response.delivery_ids.len(),
+                    fanout_deferred = new.fanout_remaining.len(),
+                    "event accepted"
+                );
+                return Ok(Accepted {
+                    body: response_body,
+                    replayed: false,
+                });
+            }
+            CommitOutcome::IdempotencyKeyTaken(existing) => return replay(existing, &request_hash),
+            CommitOutcome::Contended => {
+                tracing::info!(event_id = %new.event.id, round, "event transaction contended; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(25 << round)).await;
+                if let Some(key) = idempotency_key {
+                    if let Some(existing) = store.get_idempotency(&app_id, key).await? {
+                        return replay(existing, &request_hash);
+                    }
+                }
+            }
         }
-        CommitOutcome::IdempotencyKeyTaken(existing) => replay(existing, &request_hash),
     }
+    Err(PipelineError::Store {
+        message: "the event transaction kept conflicting with concurrent requests; retry".into(),
+        retryable: true,
+    })
 }
+
+/// Commits tried before a contended ingest gives up (retryable, 503).
+const COMMIT_ROUNDS: u32 = 4;
 
 /// The event, its deliveries (inline up to [`INLINE_DELIVERIES`], the rest as
 /// a fan-out list) and the 202 body, for the `endpoints` that receive it. Pure:
@@ -147,7 +170,7 @@ pub async fn ingest<S: Store>(
 pub fn plan_event(
     app_id: AppId,
     event_type: EventType,
-    payload: &serde_json::Value,
+    payload: &RawValue,
     endpoints: &[Endpoint],
     now: DateTime<Utc>,
     rng: &mut (dyn RngCore + Send),

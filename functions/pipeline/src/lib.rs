@@ -10,6 +10,8 @@
 //! - [`dispatch`]: a stream record of a pending delivery -> a delayed SQS message;
 //!   an event with fan-out left -> its next chunk of deliveries.
 //! - [`deliver`]: an SQS message -> a signed POST -> one conditional update.
+//! - [`reconcile`]: re-queue pending deliveries whose queue message was lost
+//!   (the scheduled reconciler), from the overdue index.
 //! - [`redrive`]: drain the DLQ on demand (manual retry).
 //! - [`recover`]: retry one failed delivery, or an endpoint's failed ones in a
 //!   time window (bulk recover).
@@ -28,6 +30,7 @@ pub mod ingest;
 pub mod messages;
 pub mod metrics;
 pub mod ports;
+pub mod reconcile;
 pub mod recover;
 pub mod redrive;
 pub mod sender;

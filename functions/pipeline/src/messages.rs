@@ -15,6 +15,12 @@ pub struct DeliveryMessage {
     pub app_id: String,
     pub endpoint_id: EndpointId,
     pub event_type: String,
+    /// The delivery's version when this message was made: a message whose
+    /// delivery moved on (an attempt recorded, a manual retry, a re-queue by
+    /// the reconciler) is stale. Absent in messages of older releases (the
+    /// attempt number decides then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
     /// Set on copies sent to the DLQ: why the delivery failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
@@ -66,10 +72,15 @@ mod tests {
             app_id: "app".into(),
             endpoint_id: EndpointId::generate(),
             event_type: "a.b".into(),
+            version: Some(3),
             failure: None,
         };
         let back: DeliveryMessage = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back, m);
         assert!(!m.to_json().contains("failure"));
+        // A message of an older release (no version) still reads.
+        let old = m.to_json().replace(r#","version":3"#, "");
+        let back: DeliveryMessage = serde_json::from_str(&old).unwrap();
+        assert_eq!(back.version, None);
     }
 }

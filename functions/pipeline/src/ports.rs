@@ -51,6 +51,10 @@ pub enum CommitOutcome {
     Committed,
     /// The idempotency key was taken meanwhile: nothing was written.
     IdempotencyKeyTaken(IdempotencyRecord),
+    /// Another transaction on the same items was in progress (DynamoDB's
+    /// `TransactionConflict`, e.g. a concurrent request with the same
+    /// idempotency key): nothing was written; look again and retry.
+    Contended,
 }
 
 /// An event as stored, with its fan-out progress.
@@ -60,6 +64,14 @@ pub struct StoredEvent {
     pub fanout_remaining: Vec<EndpointId>,
     /// Bumped by each materialised chunk (optimistic concurrency).
     pub fanout_version: u32,
+}
+
+/// An entry of the overdue index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overdue {
+    Delivery(DeliveryId),
+    /// An event with fan-out left to materialise.
+    Event(EventId),
 }
 
 /// Filters of a delivery list (newest first).
@@ -116,9 +128,19 @@ pub trait Store: Send + Sync {
         app: &AppId,
         id: &EndpointId,
     ) -> impl Future<Output = Result<Option<Endpoint>>> + Send;
-    /// Creates or replaces an endpoint.
+    /// Creates an endpoint; never overwrites one (its id is new).
     fn put_endpoint(&self, endpoint: &Endpoint) -> impl Future<Output = Result<()>> + Send;
-    /// Disables an endpoint with a reason (e.g. it answered 410 Gone).
+    /// Writes a changed endpoint if it still exists at `expected_version`
+    /// (the caller bumped `endpoint.version`). `Ok(false)`: it was deleted or
+    /// changed meanwhile (a rotation, a PATCH, an auto-disable): nothing
+    /// written, so no lost update and no resurrected endpoint.
+    fn update_endpoint(
+        &self,
+        endpoint: &Endpoint,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// Disables an endpoint with a reason (e.g. it answered 410 Gone),
+    /// bumping its version; a deleted endpoint stays deleted.
     fn disable_endpoint(
         &self,
         app: &AppId,
@@ -164,14 +186,35 @@ pub trait Store: Send + Sync {
         &self,
         id: &DeliveryId,
     ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
-    /// Writes the delivery's new state if it is still `expected_status` with
-    /// `expected_attempt_count` attempts. `Ok(false)` when it is not (stale).
+    /// Writes the delivery's new state if it is still at `expected_version`
+    /// (versions never repeat, see [`Delivery::version`]). `Ok(false)` when it
+    /// is not (another writer won; nothing written). A pending delivery never
+    /// expires (no TTL while pending) and is listed in the overdue index; a
+    /// finished one leaves the index and expires after the retention.
     fn update_delivery(
         &self,
         delivery: &Delivery,
-        expected_status: DeliveryStatus,
-        expected_attempt_count: u32,
+        expected_version: u64,
     ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Keeps an event (whose body deliver reads) for a whole retention period
+    /// from `restarted_at` (never shortens it): a delivery restarted late in
+    /// the event's retention must not outlive it.
+    fn extend_event_retention(
+        &self,
+        id: &EventId,
+        restarted_at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Up to `limit` items of the overdue index due before `cutoff`, oldest
+    /// first: pending deliveries (by `next_attempt_at`) and events whose
+    /// fan-out is not fully materialised (by creation). Reads only the index
+    /// of pending work, never the table.
+    fn overdue(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Overdue>>> + Send;
 
     /// Stores a new app-scoped API key record (only its hash).
     fn put_api_key(&self, key: &ApiKey) -> impl Future<Output = Result<()>> + Send;
@@ -204,10 +247,13 @@ pub trait Queue: Send + Sync {
     /// Puts a copy of a failed delivery in the DLQ.
     fn send_to_dlq(&self, message: &DeliveryMessage) -> impl Future<Output = Result<()>> + Send;
     /// Receives up to 10 DLQ messages, hidden for `visibility` meanwhile.
+    /// Waits up to `wait` for a message (long polling: every SQS server is
+    /// asked, so an empty answer means empty, unlike a short poll's sample).
     fn receive_dlq(
         &self,
         max: i32,
         visibility: Duration,
+        wait: Duration,
     ) -> impl Future<Output = Result<Vec<DlqEntry>>> + Send;
     fn delete_dlq(&self, receipt_handles: &[String]) -> impl Future<Output = Result<()>> + Send;
     /// Makes received DLQ messages visible again at once.

@@ -29,14 +29,15 @@ pub async fn retry_failed<S: Store>(
     mut delivery: Delivery,
     now: DateTime<Utc>,
 ) -> Result<RetryOutcome, PipelineError> {
-    let expected = delivery.attempt_count;
+    let expected = delivery.version;
     if delivery.manual_retry(now).is_err() {
         return Ok(RetryOutcome::NotFailed(delivery.status));
     }
-    if store
-        .update_delivery(&delivery, DeliveryStatus::Failed, expected)
-        .await?
-    {
+    // The event first: a restarted delivery must not outlive its body.
+    store
+        .extend_event_retention(&delivery.event_id, now)
+        .await?;
+    if store.update_delivery(&delivery, expected).await? {
         tracing::info!(
             delivery_id = %delivery.id,
             endpoint_id = %delivery.endpoint_id,
@@ -149,7 +150,7 @@ mod tests {
             EventId::new(at, rng),
             AppId::parse("acme").unwrap(),
             EventType::parse("order.paid").unwrap(),
-            &serde_json::json!({}),
+            &serde_json::value::RawValue::from_string("{}".into()).unwrap(),
             at,
         );
         let mut d = Delivery::new(DeliveryId::new(at, rng), &event, endpoint.clone(), at);

@@ -4,8 +4,9 @@
 //!
 //! Per DLQ message: a `failed` delivery goes back to `pending` with a fresh
 //! attempt budget (its manual retry count and attempt log kept); a `pending`
-//! one (its queue message exhausted SQS's receive count) is queued again; a
-//! `delivered` or unknown one is just deleted. Messages not matching the
+//! one whose queue message exhausted SQS's receive count is queued again (a
+//! pending one whose message is a failure copy stays: its deliver is about
+//! to record `failed`); a `delivered` or unknown one is just deleted. Messages not matching the
 //! filters, unreadable ones, and everything in a dry run go back to the DLQ.
 
 use std::time::Duration;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::dispatch::message_for;
 use crate::messages::DeliveryMessage;
 use crate::ports::{Queue, Store};
+use crate::recover::{retry_failed, RetryOutcome};
 use crate::PipelineError;
 
 fn default_max() -> u32 {
@@ -73,6 +75,15 @@ pub struct RedriveReport {
     pub invalid: u32,
     /// Left in the DLQ: the delivery changed while we worked on it.
     pub conflicts: u32,
+    /// Left in the DLQ: a failure copy whose delivery is not marked failed
+    /// yet (deliver wrote the copy and is about to record `failed`). Deleting
+    /// it now could leave a failed delivery without its DLQ copy.
+    #[serde(default)]
+    pub in_flight: u32,
+    /// True when a long poll found no more messages to look at; false when
+    /// `max_messages` or the time budget stopped the call first (call again).
+    #[serde(default)]
+    pub complete: bool,
 }
 
 enum Action {
@@ -80,12 +91,17 @@ enum Action {
     Keep,
 }
 
-/// Drains up to `request.max_messages` DLQ messages.
+/// How long one empty long poll waits before the DLQ counts as drained.
+pub const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// Drains up to `request.max_messages` DLQ messages, stopping in time to
+/// answer within `budget` (the caller's own time limit, less a margin).
 pub async fn redrive<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     request: &RedriveRequest,
     now: DateTime<Utc>,
+    budget: Duration,
 ) -> Result<RedriveReport, PipelineError> {
     if request.max_messages == 0 || request.max_messages > MAX_REDRIVE_MESSAGES {
         return Err(PipelineError::invalid(
@@ -93,17 +109,26 @@ pub async fn redrive<S: Store, Q: Queue>(
             format!("max_messages must be 1..={MAX_REDRIVE_MESSAGES}"),
         ));
     }
+    let started = std::time::Instant::now();
     let mut report = RedriveReport {
         dry_run: request.dry_run,
         ..RedriveReport::default()
     };
     // Messages kept are released only at the end, so this loop never sees
-    // them twice.
+    // them twice; they stay hidden a little longer than the budget.
+    let visibility = budget + Duration::from_secs(60);
     let mut keep: Vec<String> = Vec::new();
     while report.received < request.max_messages {
+        // A receive waits up to DRAIN_WAIT: leave room for it and the work.
+        if started.elapsed() + DRAIN_WAIT * 2 > budget {
+            break;
+        }
         let want = (request.max_messages - report.received).min(10) as i32;
-        let batch = queue.receive_dlq(want, Duration::from_secs(120)).await?;
+        // Long polling: a short poll samples a subset of SQS servers and can
+        // answer empty while messages remain.
+        let batch = queue.receive_dlq(want, visibility, DRAIN_WAIT).await?;
         if batch.is_empty() {
+            report.complete = true;
             break;
         }
         let mut delete = Vec::new();
@@ -159,7 +184,7 @@ async fn handle_entry<S: Store, Q: Queue>(
         report.skipped += 1;
         return Ok(Action::Keep);
     }
-    let Some(mut delivery) = store.get_delivery(&message.delivery_id).await? else {
+    let Some(delivery) = store.get_delivery(&message.delivery_id).await? else {
         report.missing += 1;
         return Ok(if request.dry_run {
             Action::Keep
@@ -181,21 +206,29 @@ async fn handle_entry<S: Store, Q: Queue>(
                 report.redriven += 1;
                 return Ok(Action::Keep);
             }
-            let expected = delivery.attempt_count;
-            delivery.manual_retry(now)?;
-            if store
-                .update_delivery(&delivery, DeliveryStatus::Failed, expected)
-                .await?
-            {
-                tracing::info!(delivery_id = %delivery.id, manual_retries = delivery.manual_retries, "delivery redriven");
-                report.redriven += 1;
-                Ok(Action::Delete)
-            } else {
-                report.conflicts += 1;
-                Ok(Action::Keep)
+            match retry_failed(store, delivery, now).await? {
+                RetryOutcome::Retried(d) => {
+                    tracing::info!(delivery_id = %d.id, manual_retries = d.manual_retries, "delivery redriven");
+                    report.redriven += 1;
+                    Ok(Action::Delete)
+                }
+                RetryOutcome::NotFailed(_) | RetryOutcome::Changed => {
+                    report.conflicts += 1;
+                    Ok(Action::Keep)
+                }
             }
         }
+        DeliveryStatus::Pending if message.failure.is_some() => {
+            // A failure copy of a delivery still pending: the deliver that
+            // sent it has not recorded `failed` yet (or crashed first, and
+            // its queue message will be tried again). Re-queueing and
+            // deleting now would leave a failed delivery with no copy.
+            report.in_flight += 1;
+            Ok(Action::Keep)
+        }
         DeliveryStatus::Pending => {
+            // SQS moved the queue message here after maxReceiveCount
+            // receives: the delivery lost its message; queue it again.
             if request.dry_run {
                 report.requeued += 1;
                 return Ok(Action::Keep);

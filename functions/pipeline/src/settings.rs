@@ -34,7 +34,21 @@ pub struct Settings {
     /// `WEBHOOKS_DELIVER_CONCURRENCY` (default 10, 1..=100): POSTs one deliver
     /// invocation makes at once (an SQS batch is at most 10 messages).
     pub deliver_concurrency: usize,
+    /// `WEBHOOKS_RECONCILE_AFTER` (default 15m): a pending delivery due
+    /// longer ago than this, never picked up, lost its queue message; the
+    /// reconciler queues it again. At least twice the delivery timeout (an
+    /// attempt in progress is never taken for lost).
+    pub reconcile_after: Duration,
+    /// `WEBHOOKS_RECONCILE_INTERVAL` (default 5m): how often the reconciler
+    /// runs (the template's schedule; the local stack's timer).
+    pub reconcile_interval: Duration,
+    /// `WEBHOOKS_DELIVER_FUNCTION_TIMEOUT` (default 30s): the deliver
+    /// function's timeout; a full batch of POSTs must fit in it.
+    pub deliver_function_timeout: Duration,
 }
+
+/// SQS batch size of the deliver function (template.yaml).
+const DELIVER_BATCH: usize = 10;
 
 impl Settings {
     /// Reads the process environment.
@@ -95,7 +109,7 @@ impl Settings {
                 })?,
             None => 10,
         };
-        Ok(Self {
+        let settings = Self {
             deliver_concurrency,
             table: get("WEBHOOKS_TABLE").unwrap_or_else(|| "hookline".into()),
             queue_url: get("WEBHOOKS_QUEUE_URL").unwrap_or_default(),
@@ -110,7 +124,56 @@ impl Settings {
                 "WEBHOOKS_SECRET_ROTATION_OVERLAP",
                 Duration::from_secs(86_400),
             )?,
-        })
+            reconcile_after: duration("WEBHOOKS_RECONCILE_AFTER", Duration::from_secs(15 * 60))?,
+            reconcile_interval: duration(
+                "WEBHOOKS_RECONCILE_INTERVAL",
+                Duration::from_secs(5 * 60),
+            )?,
+            deliver_function_timeout: duration(
+                "WEBHOOKS_DELIVER_FUNCTION_TIMEOUT",
+                Duration::from_secs(30),
+            )?,
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Cross-checks: every combination that could lose or stall a delivery
+    /// is refused at init.
+    fn validate(&self) -> Result<(), PipelineError> {
+        let window = self.retry.longest_window() + self.reconcile_after * 2;
+        if self.retention < window {
+            return Err(PipelineError::Config(format!(
+                "WEBHOOKS_RETENTION_DAYS: {} days is shorter than the longest retry window \
+                 ({} h with full jitter and Retry-After, plus reconciliation): pending \
+                 deliveries' events could expire",
+                self.retention.as_secs() / 86_400,
+                window.as_secs().div_ceil(3600)
+            )));
+        }
+        // One invocation handles a batch of 10 in rounds of `concurrency`.
+        let rounds = DELIVER_BATCH.div_ceil(self.deliver_concurrency.max(1)) as u32;
+        let needed = self.delivery_timeout * rounds + Duration::from_secs(5);
+        if needed > self.deliver_function_timeout {
+            return Err(PipelineError::Config(format!(
+                "WEBHOOKS_DELIVERY_TIMEOUT: {} s x {rounds} round(s) of POSTs + 5 s does not fit \
+                 the deliver function's timeout ({} s)",
+                self.delivery_timeout.as_secs(),
+                self.deliver_function_timeout.as_secs()
+            )));
+        }
+        if self.reconcile_after < self.delivery_timeout * 2 {
+            return Err(PipelineError::Config(format!(
+                "WEBHOOKS_RECONCILE_AFTER must be at least twice WEBHOOKS_DELIVERY_TIMEOUT ({} s)",
+                self.delivery_timeout.as_secs()
+            )));
+        }
+        if self.reconcile_interval.is_zero() {
+            return Err(PipelineError::Config(
+                "WEBHOOKS_RECONCILE_INTERVAL must be more than 0".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -126,6 +189,9 @@ mod tests {
         assert_eq!(s.delivery_timeout, Duration::from_secs(15));
         assert!(!s.allow_private_endpoints);
         assert_eq!(s.max_payload_bytes, 262_144);
+        assert_eq!(s.reconcile_after, Duration::from_secs(900));
+        assert_eq!(s.reconcile_interval, Duration::from_secs(300));
+        assert_eq!(s.retention, Duration::from_secs(30 * 86_400));
         let env: HashMap<&str, &str> = [
             ("WEBHOOKS_RETRY_SCHEDULE", "1s,2s,4s"),
             ("WEBHOOKS_DELIVERY_TIMEOUT", "2s"),
@@ -149,6 +215,13 @@ mod tests {
             ("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "maybe"),
             ("WEBHOOKS_MAX_PAYLOAD_BYTES", "big"),
             ("WEBHOOKS_DELIVER_CONCURRENCY", "0"),
+            ("WEBHOOKS_RECONCILE_AFTER", "soon"),
+            // Shorter than the seed schedule's worst case (10 x 6 h).
+            ("WEBHOOKS_RETENTION_DAYS", "2"),
+            // 29 s of POST + margin does not fit a 30 s function.
+            ("WEBHOOKS_DELIVERY_TIMEOUT", "29s"),
+            ("WEBHOOKS_RECONCILE_AFTER", "20s"),
+            ("WEBHOOKS_RECONCILE_INTERVAL", "0s"),
         ] {
             let err = Settings::from_lookup(|key| (key == k).then(|| v.to_string())).unwrap_err();
             assert!(matches!(err, PipelineError::Config(_)), "{k}");

@@ -14,9 +14,9 @@ async fn main() -> Result<(), Error> {
             let (store, queue) = deps
                 .get_or_init(|| hookline_aws::clients::store_and_queue(settings))
                 .await;
-            Ok::<_, Error>(
-                hookline_retry::handle(store, queue, event.payload, chrono::Utc::now()).await?,
-            )
+            let now = chrono::Utc::now();
+            let budget = hookline_retry::budget(event.context.deadline, now);
+            Ok::<_, Error>(hookline_retry::handle(store, queue, event.payload, now, budget).await?)
         }
     }))
     .await

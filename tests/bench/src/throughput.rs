@@ -87,12 +87,14 @@ async fn one_batch(url: &str, concurrency: usize, batch: usize) -> Result<BatchR
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        version: 0,
     };
     store
         .put_endpoint(&endpoint)
         .await
         .map_err(|e| e.to_string())?;
-    let payload = serde_json::json!({"order": {"id": "ord_123", "total": 1999, "items": [1, 2, 3]}, "pad": "x".repeat(800)});
+    let payload = serde_json::value::to_raw_value(&serde_json::json!({"order": {"id": "ord_123", "total": 1999, "items": [1, 2, 3]}, "pad": "x".repeat(800)}))
+        .map_err(|e| e.to_string())?;
     let mut bodies = Vec::new();
     for _ in 0..batch {
         let event = Event::new(

@@ -1,0 +1,215 @@
+//! The reconciler: whatever lost a pending delivery's queue message (a stream
+//! record dropped after dispatch's retries, a purged queue, an expired
+//! message, a poison record during a deploy), the delivery is queued again.
+//!
+//! It reads only the overdue index (pending deliveries by due time, events
+//! with fan-out left by creation), entries due longer ago than
+//! `WEBHOOKS_RECONCILE_AFTER`: a quiet or healthy system costs one empty
+//! query page per index shard per run, never a scan.
+//!
+//! Per overdue delivery: read it (consistent), and if it is still pending and
+//! overdue, [`Delivery::requeue`] it (due now, new version, `requeued` so the
+//! stream does not queue it a second time) with one conditional write, then
+//! send its queue message. The new version makes any older message that
+//! still turns up stale (acked without a POST), so a slow message and the
+//! reconciler's never both send. A crash between the write and the send
+//! leaves the delivery overdue again one period later: it is picked up then.
+//! Per overdue event: its fan-out is materialised (idempotent).
+
+use chrono::{DateTime, Utc};
+use hookline_core::model::{Delivery, DeliveryStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::dispatch::{materialise_fanout, message_for};
+use crate::ports::{Overdue, Queue, Store};
+use crate::{PipelineError, Settings};
+
+/// Overdue entries one run handles at most; the next run continues.
+pub const MAX_PER_RUN: usize = 2_000;
+
+/// What one run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileReport {
+    /// Entries of the overdue index read.
+    pub overdue: u32,
+    /// Pending deliveries queued again.
+    pub requeued: u32,
+    /// Events whose remaining fan-out was materialised.
+    pub fanouts: u32,
+    /// Entries that were no longer overdue when read (picked up meanwhile).
+    pub skipped: u32,
+    /// False when [`MAX_PER_RUN`] stopped the run (the next one continues).
+    pub complete: bool,
+}
+
+/// One reconciler run at `now`.
+pub async fn reconcile<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    settings: &Settings,
+    now: DateTime<Utc>,
+) -> Result<ReconcileReport, PipelineError> {
+    let after = chrono::Duration::from_std(settings.reconcile_after)
+        .map_err(|e| PipelineError::Config(format!("WEBHOOKS_RECONCILE_AFTER: {e}")))?;
+    let cutoff = now - after;
+    let entries = store.overdue(cutoff, MAX_PER_RUN).await?;
+    let mut report = ReconcileReport {
+        overdue: u32::try_from(entries.len()).unwrap_or(u32::MAX),
+        complete: entries.len() < MAX_PER_RUN,
+        ..ReconcileReport::default()
+    };
+    for entry in entries {
+        match entry {
+            Overdue::Delivery(id) => {
+                let Some(delivery) = store.get_delivery(&id).await? else {
+                    report.skipped += 1;
+                    continue;
+                };
+                if requeue_if_overdue(store, queue, delivery, cutoff, now).await? {
+                    report.requeued += 1;
+                } else {
+                    report.skipped += 1;
+                }
+            }
+            Overdue::Event(id) => {
+                let written = materialise_fanout(store, &id, now).await?;
+                tracing::warn!(event_id = %id, deliveries = written, "overdue fan-out materialised by the reconciler");
+                report.fanouts += 1;
+            }
+        }
+    }
+    if report.requeued > 0 || report.fanouts > 0 {
+        tracing::warn!(?report, "reconciler found lost work");
+    } else {
+        tracing::info!(?report, "reconciler run");
+    }
+    Ok(report)
+}
+
+async fn requeue_if_overdue<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    mut delivery: Delivery,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<bool, PipelineError> {
+    let due = delivery.next_attempt_at.unwrap_or(delivery.updated_at);
+    if delivery.status != DeliveryStatus::Pending || due >= cutoff {
+        return Ok(false);
+    }
+    let expected = delivery.version;
+    delivery.requeue(now)?;
+    // Rare path: make sure the event outlives this late attempt too.
+    store
+        .extend_event_retention(&delivery.event_id, now)
+        .await?;
+    if !store.update_delivery(&delivery, expected).await? {
+        return Ok(false);
+    }
+    let Some(pair) = message_for(&delivery, now) else {
+        return Ok(false);
+    };
+    let refused = queue.send_deliveries(&[pair]).await?;
+    if !refused.is_empty() {
+        // Overdue again one period from now: the next run tries again.
+        return Err(PipelineError::Queue {
+            message: format!("re-queue of {} refused", delivery.id),
+            retryable: true,
+        });
+    }
+    tracing::warn!(
+        delivery_id = %delivery.id,
+        endpoint_id = %delivery.endpoint_id,
+        overdue_since = %due,
+        version = delivery.version,
+        "lost queue message: delivery re-queued"
+    );
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::{MemoryQueue, MemoryStore};
+    use crate::ports::StoredEvent;
+    use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+    use hookline_core::model::{Event, EventType};
+    use serde_json::value::RawValue;
+
+    fn settings() -> Settings {
+        Settings::from_lookup(|k| (k == "WEBHOOKS_RECONCILE_AFTER").then(|| "15m".into())).unwrap()
+    }
+
+    fn event(at: DateTime<Utc>) -> Event {
+        Event::new(
+            EventId::new(at, &mut rand::thread_rng()),
+            AppId::parse("acme").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &RawValue::from_string("{}".into()).unwrap(),
+            at,
+        )
+    }
+
+    #[tokio::test]
+    async fn requeues_only_overdue_pending_deliveries_once_and_outdates_old_messages() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let old = event(now - chrono::Duration::hours(1));
+        let lost = Delivery::new(DeliveryId::generate(), &old, EndpointId::generate(), old.created_at);
+        let mut fresh = Delivery::new(DeliveryId::generate(), &old, EndpointId::generate(), old.created_at);
+        fresh.next_attempt_at = Some(now - chrono::Duration::minutes(5)); // not overdue yet
+        let mut later = Delivery::new(DeliveryId::generate(), &old, EndpointId::generate(), old.created_at);
+        later.next_attempt_at = Some(now + chrono::Duration::hours(2)); // a long backoff
+        for d in [&lost, &fresh, &later] {
+            store.insert_delivery(d.clone());
+        }
+        let (old_message, _) = message_for(&lost, now).unwrap();
+
+        let report = reconcile(&store, &queue, &settings(), now).await.unwrap();
+        assert_eq!((report.overdue, report.requeued, report.complete), (1, 1, true));
+        let sent = queue.sent();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].0.delivery_id, lost.id);
+        assert_eq!(sent[0].1, 0, "due now");
+        let stored = store.deliveries().into_iter().find(|d| d.id == lost.id).unwrap();
+        assert!(stored.requeued && stored.version == lost.version + 1);
+        assert_eq!(sent[0].0.version, Some(stored.version));
+        assert_ne!(old_message.version, sent[0].0.version, "an old message turning up is stale");
+        assert_eq!(store.retained_from(&lost.event_id), Some(now));
+
+        // Idempotent: the next run (the message not handled yet, but due
+        // only now) queues nothing more.
+        let again = reconcile(&store, &queue, &settings(), now + chrono::Duration::minutes(5))
+            .await
+            .unwrap();
+        assert_eq!((again.overdue, again.requeued), (0, 0));
+        // Lost again: one period later it is queued again (and `fresh`,
+        // overdue by then, with it; `later` is not due).
+        let third = reconcile(&store, &queue, &settings(), now + chrono::Duration::minutes(16))
+            .await
+            .unwrap();
+        assert_eq!(third.requeued, 2);
+    }
+
+    #[tokio::test]
+    async fn materialises_an_overdue_fanout() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let e = event(now - chrono::Duration::hours(1));
+        let targets = vec![EndpointId::generate(), EndpointId::generate()];
+        store.insert_event(StoredEvent {
+            event: e.clone(),
+            fanout_remaining: targets,
+            fanout_version: 0,
+        });
+        let report = reconcile(&store, &queue, &settings(), now).await.unwrap();
+        assert_eq!(report.fanouts, 1);
+        assert_eq!(store.deliveries().len(), 2);
+        // The new deliveries are due at once (dispatch queues them from the
+        // stream; if that is lost too, the next run finds them overdue).
+        let later = reconcile(&store, &queue, &settings(), now + chrono::Duration::minutes(16))
+            .await
+            .unwrap();
+        assert_eq!((later.fanouts, later.requeued), (0, 2));
+    }
+}
