@@ -8,7 +8,8 @@
 //! - [`LocalStack`]: creates the template's resources on an endpoint (moto),
 //!   builds the handlers from `WEBHOOKS_*` settings, and runs the local event
 //!   sources: [`LocalStack::pump`] once, or [`LocalStack::run_pollers`] until
-//!   told to stop. [`LocalStack::call`] sends an API request through the
+//!   told to stop (with the reconciler on its schedule,
+//!   [`LocalStack::reconcile`]). [`LocalStack::call`] sends an API request through the
 //!   ingest handler as an API Gateway v2 event.
 
 pub mod demo;
@@ -294,9 +295,34 @@ impl LocalStack {
         done().await
     }
 
-    /// Runs the event sources until `stop` turns true.
+    /// One run of the reconcile function (the template's schedule when
+    /// deployed; [`Self::run_pollers`] runs it every
+    /// `WEBHOOKS_RECONCILE_INTERVAL`).
+    pub async fn reconcile(
+        &self,
+    ) -> Result<hookline_pipeline::reconcile::ReconcileReport, hookline_pipeline::PipelineError>
+    {
+        hookline_reconcile::handle(
+            &self.store,
+            &self.queue,
+            &self.settings,
+            Value::Null,
+            chrono::Utc::now(),
+        )
+        .await
+    }
+
+    /// Runs the event sources, and the reconciler on its interval, until
+    /// `stop` turns true.
     pub async fn run_pollers(&self, mut stop: watch::Receiver<bool>) {
+        let mut next_reconcile = Instant::now() + self.settings.reconcile_interval;
         while !*stop.borrow() {
+            if Instant::now() >= next_reconcile {
+                next_reconcile = Instant::now() + self.settings.reconcile_interval;
+                if let Err(err) = self.reconcile().await {
+                    tracing::warn!(error = %err, "reconciler run failed; next run retries");
+                }
+            }
             tokio::select! {
                 result = self.pump_with_wait(1) => {
                     if let Err(err) = result {
