@@ -23,7 +23,11 @@ fn admin_headers(extra: &[(&str, &str)]) -> Vec<(String, String)> {
         ("authorization".to_owned(), format!("Bearer {ADMIN_KEY}")),
         ("content-type".to_owned(), "application/json".to_owned()),
     ];
-    headers.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    headers.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     headers
 }
 
@@ -64,7 +68,10 @@ async fn payload_reaches_the_receiver_byte_for_byte() {
         text.ends_with(&expected_tail),
         "payload changed in flight:\n sent {payload}\n got {text}"
     );
-    assert!(text.starts_with(r#"{"type":"order.paid","timestamp":""#), "{text}");
+    assert!(
+        text.starts_with(r#"{"type":"order.paid","timestamp":""#),
+        "{text}"
+    );
 }
 
 /// Seconds until `at` has passed by `after` (for overdue checks).
@@ -111,7 +118,10 @@ async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
             stack.delivery(&id).await.status == DeliveryStatus::Delivered
         })
         .await;
-    assert!(!delivered, "the purge did not lose the message; test is void");
+    assert!(
+        !delivered,
+        "the purge did not lose the message; test is void"
+    );
     let d = stack.delivery(&id).await;
     assert_eq!((d.status, d.attempt_count), (DeliveryStatus::Pending, 1));
     sleep_until_overdue(d.next_attempt_at.unwrap(), RECONCILE_AFTER).await;
@@ -234,5 +244,338 @@ async fn reconciler_recovers_dropped_stream_records_and_fanouts() {
     record_figures(
         "reconciler",
         &format!("stream records dropped ({dropped} records, incl. a deferred fan-out): 4/4 delivered by the reconciler, 0 lost, 0 duplicates"),
+    );
+}
+
+/// A raw item of the table, for checking attributes the model hides.
+async fn raw_item(
+    stack: &Stack,
+    pk: &str,
+    sk: &str,
+) -> Option<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    stack
+        .clients
+        .dynamodb
+        .get_item()
+        .table_name(&stack.settings.table)
+        .key("PK", AttributeValue::S(pk.into()))
+        .key("SK", AttributeValue::S(sk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+}
+
+/// An expired `Idempotency-Key` record (DynamoDB deletes expired items up to
+/// days late) is taken over at once: a new event, not a 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_idempotency_key_can_be_reused_at_once() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    stack.create_endpoint("shop", &receiver.url, &[]).await;
+    let (status, first) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), Some("order-7"))
+        .await;
+    assert_eq!(status, 202);
+    // Same key, same body: replayed.
+    let (status, again) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), Some("order-7"))
+        .await;
+    assert_eq!((status, &again), (202, &first));
+    // The record expires (TTL attribute in the past; the item lingers).
+    let past = chrono::Utc::now().timestamp() - 10;
+    stack
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(&stack.settings.table)
+        .key("PK", AttributeValue::S("IDEM#shop#order-7".into()))
+        .key("SK", AttributeValue::S("IDEM".into()))
+        .update_expression("SET expires_at = :past")
+        .expression_attribute_values(":past", AttributeValue::N(past.to_string()))
+        .send()
+        .await
+        .unwrap();
+    assert!(raw_item(&stack, "IDEM#shop#order-7", "IDEM")
+        .await
+        .is_some());
+    // Reused, even with another body: a new event (was: 503 for up to two days).
+    let (status, reused) = stack
+        .send_event("shop", "order.paid", json!({"n": 2}), Some("order-7"))
+        .await;
+    assert_eq!(status, 202, "{reused}");
+    assert_ne!(reused["event_id"], first["event_id"]);
+    // And the new record is live: a replay answers the new body.
+    let (status, replay) = stack
+        .send_event("shop", "order.paid", json!({"n": 2}), Some("order-7"))
+        .await;
+    assert_eq!((status, &replay), (202, &reused));
+    record_figures(
+        "idempotency",
+        "expired Idempotency-Key reused at once: 202 with a new event (was 503 until TTL deletion)",
+    );
+}
+
+/// A pending delivery never expires; a finished one expires a retention
+/// after it finished; a restart late in an event's life keeps the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
+    let stack = Stack::start(&[
+        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
+        ("WEBHOOKS_MAX_ATTEMPTS", "1"),
+    ])
+    .await;
+    let receiver = Receiver::start(vec![Reply::Status(500)], Reply::Status(200)).await;
+    stack.create_endpoint("shop", &receiver.url, &[]).await;
+    let (_, body) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), None)
+        .await;
+    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let event_id = body["event_id"].as_str().unwrap().to_owned();
+    let pk = format!("DLV#{id}");
+    let item = raw_item(&stack, &pk, "DLV").await.unwrap();
+    assert!(
+        !item.contains_key("expires_at"),
+        "a pending delivery has no TTL"
+    );
+    assert!(
+        item.contains_key("GSI3PK"),
+        "a pending delivery is in the overdue index"
+    );
+    // One attempt only: it fails.
+    assert!(
+        stack
+            .pump_until(T, || async {
+                stack.delivery(&id).await.status == DeliveryStatus::Failed
+            })
+            .await
+    );
+    let item = raw_item(&stack, &pk, "DLV").await.unwrap();
+    let ttl: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();
+    let retention = 30 * 86_400;
+    assert!((ttl - chrono::Utc::now().timestamp() - retention).abs() < 60);
+    assert!(
+        !item.contains_key("GSI3PK"),
+        "a finished delivery leaves the overdue index"
+    );
+    // The event is near the end of its retention when a manual retry comes.
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let soon = chrono::Utc::now().timestamp() + 60;
+    stack
+        .clients
+        .dynamodb
+        .update_item()
+        .table_name(&stack.settings.table)
+        .key("PK", AttributeValue::S(format!("EVT#{event_id}")))
+        .key("SK", AttributeValue::S("EVT".into()))
+        .update_expression("SET expires_at = :soon")
+        .expression_attribute_values(":soon", AttributeValue::N(soon.to_string()))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, _) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/shop/deliveries/{id}/retry"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 202);
+    let event = raw_item(&stack, &format!("EVT#{event_id}"), "EVT")
+        .await
+        .unwrap();
+    let kept: i64 = event["expires_at"].as_n().unwrap().parse().unwrap();
+    assert!(
+        kept >= chrono::Utc::now().timestamp() + retention - 60,
+        "event kept a retention from the restart"
+    );
+    let item = raw_item(&stack, &pk, "DLV").await.unwrap();
+    assert!(!item.contains_key("expires_at"), "pending again: no TTL");
+    assert!(
+        stack
+            .pump_until(T, || async {
+                stack.delivery(&id).await.status == DeliveryStatus::Delivered
+            })
+            .await
+    );
+}
+
+/// Conditional writes on moto: an endpoint write based on a stale read is
+/// refused (no resurrection after DELETE, no rotated secret written back, no
+/// re-enable over an auto-disable), and a delivery write based on a state
+/// that came back after a manual retry (ABA) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
+    use hookline_core::ids::EndpointId;
+    let stack = Stack::start(&[("WEBHOOKS_MAX_ATTEMPTS", "1")]).await;
+    let receiver = Receiver::start(vec![Reply::Status(500)], Reply::Status(200)).await;
+    let app = AppId::parse("shop").unwrap();
+    let (ep_id, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
+    let ep_id = EndpointId::parse(&ep_id).unwrap();
+    let stale = stack
+        .store
+        .get_endpoint(&app, &ep_id)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // PATCH racing a rotation: the stale PATCH must not write the old secret back.
+    let (status, _, rotated) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/shop/endpoints/{ep_id}/rotate-secret"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut patch = stale.clone();
+    patch.description = Some("stale".into());
+    patch.version += 1;
+    assert!(!stack
+        .store
+        .update_endpoint(&patch, stale.version)
+        .await
+        .unwrap());
+    let now = stack
+        .store
+        .get_endpoint(&app, &ep_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now.secret.expose(), rotated["secret"].as_str().unwrap());
+    assert_ne!(now.secret.expose(), secret);
+    // Through the API a PATCH re-reads and lands on top of the rotation.
+    let (status, _, _) = stack
+        .call(
+            "PATCH",
+            &format!("/v1/apps/shop/endpoints/{ep_id}"),
+            Some(json!({"description": "fresh"})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let now = stack
+        .store
+        .get_endpoint(&app, &ep_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (now.description.as_deref(), now.secret.expose()),
+        (Some("fresh"), rotated["secret"].as_str().unwrap())
+    );
+
+    // PATCH racing the 410 auto-disable: the stale "enabled" copy loses.
+    let before_disable = now.clone();
+    stack
+        .store
+        .disable_endpoint(
+            &app,
+            &ep_id,
+            "endpoint answered 410 Gone",
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    let mut enable = before_disable.clone();
+    enable.version += 1;
+    assert!(!stack
+        .store
+        .update_endpoint(&enable, before_disable.version)
+        .await
+        .unwrap());
+    assert!(
+        stack
+            .store
+            .get_endpoint(&app, &ep_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .disabled
+    );
+
+    // PATCH racing DELETE: no resurrection.
+    let last = stack
+        .store
+        .get_endpoint(&app, &ep_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stack.store.delete_endpoint(&app, &ep_id).await.unwrap());
+    let mut resurrect = last.clone();
+    resurrect.version += 1;
+    assert!(!stack
+        .store
+        .update_endpoint(&resurrect, last.version)
+        .await
+        .unwrap());
+    assert!(stack
+        .store
+        .get_endpoint(&app, &ep_id)
+        .await
+        .unwrap()
+        .is_none());
+    let (status, _, _) = stack
+        .call(
+            "PATCH",
+            &format!("/v1/apps/shop/endpoints/{ep_id}"),
+            Some(json!({"description": "x"})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    // Delivery ABA: attempt 1 fails (budget 1) -> failed; a stale in-flight
+    // writer read it while pending at attempt_count 0; a manual retry brings
+    // attempt_count back to 0. The stale write must be refused.
+    let (ep2, _) = stack.create_endpoint("shop", &receiver.url, &[]).await;
+    let (_, body) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), None)
+        .await;
+    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let stale_read = stack.delivery(&id).await;
+    assert_eq!(stale_read.endpoint_id.as_str(), ep2);
+    assert!(
+        stack
+            .pump_until(T, || async {
+                stack.delivery(&id).await.status == DeliveryStatus::Failed
+            })
+            .await
+    );
+    let (status, _, _) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/shop/deliveries/{id}/retry"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 202);
+    let current = stack.delivery(&id).await;
+    assert_eq!(
+        (current.status, current.attempt_count),
+        (stale_read.status, stale_read.attempt_count)
+    );
+    let mut stale_write = stale_read.clone();
+    stale_write.attempts.clear();
+    stale_write.version += 1;
+    assert!(!stack
+        .store
+        .update_delivery(&stale_write, stale_read.version)
+        .await
+        .unwrap());
+    assert_eq!(
+        stack.delivery(&id).await.attempts.len(),
+        1,
+        "the attempt log survived"
+    );
+    record_figures(
+        "races",
+        "stale writes refused on moto: PATCH vs rotation, PATCH vs 410 disable, PATCH vs DELETE, delivery ABA after manual retry (4/4)",
     );
 }

@@ -235,8 +235,8 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
         chrono::Utc::now(),
         Duration::from_secs(60),
     )
-        .await
-        .unwrap();
+    .await
+    .unwrap();
     assert_eq!(report.received, 0);
 }
 

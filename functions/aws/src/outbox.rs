@@ -64,7 +64,9 @@ pub fn transact_items(
             .condition_expression("attribute_not_exists(PK) OR expires_at <= :now")
             .expression_attribute_values(
                 ":now",
-                aws_sdk_dynamodb::types::AttributeValue::N(record.created_at.timestamp().to_string()),
+                aws_sdk_dynamodb::types::AttributeValue::N(
+                    record.created_at.timestamp().to_string(),
+                ),
             )
             .build()
             .map_err(|e| crate::error::corrupt("put", e))?;

@@ -399,11 +399,13 @@ pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
         KIND_DELIVERY => {
             let delivery = delivery_from_item(image)?;
             // A re-queue by the reconciler: it sent the message itself.
-            Ok(if delivery.status == DeliveryStatus::Pending && !delivery.requeued {
-                StreamChange::PendingDelivery(Box::new(delivery))
-            } else {
-                StreamChange::Ignored
-            })
+            Ok(
+                if delivery.status == DeliveryStatus::Pending && !delivery.requeued {
+                    StreamChange::PendingDelivery(Box::new(delivery))
+                } else {
+                    StreamChange::Ignored
+                },
+            )
         }
         KIND_EVENT if head.fanout == Some(true) => {
             let id = head.id.ok_or_else(|| corrupt("event image", "no id"))?;
@@ -427,7 +429,8 @@ mod tests {
             EventId::generate(),
             app.clone(),
             EventType::parse("order.paid").unwrap(),
-            &serde_json::value::RawValue::from_string(r#"{"a": [1, 2.5, null, "x"]}"#.into()).unwrap(),
+            &serde_json::value::RawValue::from_string(r#"{"a": [1, 2.5, null, "x"]}"#.into())
+                .unwrap(),
             now,
         );
         let ep = Endpoint {

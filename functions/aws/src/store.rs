@@ -577,7 +577,8 @@ impl Store for DynamoStore {
         }
         if let Some(expiry) = schema::delivery_expiry(d, self.retention) {
             set.push("expires_at = :expires");
-            req = req.expression_attribute_values(":expires", AttributeValue::N(expiry.to_string()));
+            req =
+                req.expression_attribute_values(":expires", AttributeValue::N(expiry.to_string()));
         }
         if d.requeued {
             set.push("requeued = :requeued");
@@ -594,7 +595,11 @@ impl Store for DynamoStore {
         condition_to_bool(req.send().await, "UpdateItem")
     }
 
-    async fn extend_event_retention(&self, id: &EventId, restarted_at: DateTime<Utc>) -> Result<()> {
+    async fn extend_event_retention(
+        &self,
+        id: &EventId,
+        restarted_at: DateTime<Utc>,
+    ) -> Result<()> {
         let until = schema::event_expiry_after(restarted_at, self.retention);
         let _g = self.guard().await;
         let result = self
@@ -631,13 +636,21 @@ impl Store for DynamoStore {
                     .key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
                     .expression_attribute_values(":pk", s(due_pk_of_shard(shard)))
                     .expression_attribute_values(":below", s(below.clone()))
-                    .limit(i32::try_from(limit - out.len()).unwrap_or(1000).clamp(1, 1000))
+                    .limit(
+                        i32::try_from(limit - out.len())
+                            .unwrap_or(1000)
+                            .clamp(1, 1000),
+                    )
                     .set_exclusive_start_key(start.take())
                     .send()
                     .await
                     .map_err(|e| store_error("Query", e))?;
                 for item in page.items.unwrap_or_default() {
-                    let pk = item.get(PK).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+                    let pk = item
+                        .get(PK)
+                        .and_then(|v| v.as_s().ok())
+                        .cloned()
+                        .unwrap_or_default();
                     if let Some(id) = pk.strip_prefix("DLV#") {
                         out.push(Overdue::Delivery(DeliveryId::parse(id)?));
                     } else if let Some(id) = pk.strip_prefix("EVT#") {

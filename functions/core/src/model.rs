@@ -708,9 +708,16 @@ mod tests {
         let counts: Vec<u32> = seen.iter().map(|s| s.0).collect();
         let versions: Vec<u64> = seen.iter().map(|s| s.1).collect();
         assert_eq!(counts, [0, 1, 2, 3, 4, 0, 1, 1], "attempt_count repeats");
-        assert_eq!(versions, [0, 1, 2, 3, 4, 5, 6, 7], "version is strictly increasing");
+        assert_eq!(
+            versions,
+            [0, 1, 2, 3, 4, 5, 6, 7],
+            "version is strictly increasing"
+        );
         d.fail_now(attempt(2, None, t0())).unwrap();
-        assert!(d.requeue(t0()).is_err(), "only a pending delivery is re-queued");
+        assert!(
+            d.requeue(t0()).is_err(),
+            "only a pending delivery is re-queued"
+        );
     }
 
     #[test]

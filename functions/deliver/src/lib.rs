@@ -237,4 +237,43 @@ mod tests {
             "059f36b4-87a3-44ab-83d2-661975830a7d"
         );
     }
+
+    /// The reconciler re-queued the delivery (new version) while its old
+    /// message was only late, not lost: the old one is stale (no POST), the
+    /// reconciler's is sent once.
+    #[tokio::test]
+    async fn a_message_older_than_a_requeue_is_stale() {
+        use hookline_pipeline::deliver::DeliverOutcome;
+        use hookline_pipeline::dispatch::message_for;
+        use hookline_pipeline::ports::Store;
+        let deliverer = Deliverer::new(
+            seeded().await,
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(200)),
+            settings(),
+        );
+        let now = Utc::now();
+        let mut d = deliverer.store.deliveries()[0].clone();
+        let (old_message, _) = message_for(&d, now).unwrap();
+        let expected = d.version;
+        d.requeue(now).unwrap();
+        assert!(deliverer.store.update_delivery(&d, expected).await.unwrap());
+        let (new_message, _) = message_for(&d, now).unwrap();
+        assert_eq!(
+            deliverer.handle(&old_message).await.unwrap(),
+            DeliverOutcome::Stale
+        );
+        assert!(deliverer.sender.requests.lock().unwrap().is_empty());
+        assert_eq!(
+            deliverer.handle(&new_message).await.unwrap(),
+            DeliverOutcome::Delivered
+        );
+        assert_eq!(
+            deliverer.handle(&new_message).await.unwrap(),
+            DeliverOutcome::Stale
+        );
+        assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 1);
+        let stored = &deliverer.store.deliveries()[0];
+        assert!(!stored.requeued, "the attempt clears the re-queue mark");
+    }
 }

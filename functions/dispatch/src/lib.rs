@@ -97,13 +97,15 @@ async fn flush<Q: Queue>(
     let batch = std::mem::take(run);
     let refs: Vec<&Delivery> = batch.iter().map(|(_, d)| d).collect();
     match queue_pending(queue, &refs, now).await {
-        Ok(failed_ids) => batch
-            .iter()
-            .find(|(_, d)| failed_ids.contains(&d.id))
-            .map(|(index, d)| {
-                tracing::error!(delivery_id = %d.id, "queue refused a delivery message");
-                *index
-            }),
+        Ok(failed_ids) => {
+            batch
+                .iter()
+                .find(|(_, d)| failed_ids.contains(&d.id))
+                .map(|(index, d)| {
+                    tracing::error!(delivery_id = %d.id, "queue refused a delivery message");
+                    *index
+                })
+        }
         Err(err) => {
             tracing::error!(error = %err, deliveries = batch.len(), "queueing failed");
             batch.first().map(|(index, _)| *index)
@@ -207,8 +209,16 @@ mod tests {
             serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
                 .unwrap();
         json["Records"][0]["dynamodb"]["SequenceNumber"] = serde_json::json!("700");
-        queue.refuse(&hookline_core::ids::DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap());
-        let response = handle(&store, &queue, serde_json::from_value(json).unwrap(), at(1_796_217_600)).await;
+        queue.refuse(
+            &hookline_core::ids::DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap(),
+        );
+        let response = handle(
+            &store,
+            &queue,
+            serde_json::from_value(json).unwrap(),
+            at(1_796_217_600),
+        )
+        .await;
         assert_eq!(response.batch_item_failures.len(), 1);
         assert!(queue.sent().is_empty());
     }

@@ -60,7 +60,8 @@ impl OrdersService {
             self.webhooks.table(),
             self.app_id.clone(),
             "order.created",
-            &serde_json::value::to_raw_value(order).map_err(|e| OrderError::Store(e.to_string()))?,
+            &serde_json::value::to_raw_value(order)
+                .map_err(|e| OrderError::Store(e.to_string()))?,
             &endpoints,
             order.created_at,
             self.retention,

@@ -229,7 +229,11 @@ impl Store for MemoryStore {
             _ => Ok(false),
         }
     }
-    async fn extend_event_retention(&self, id: &EventId, restarted_at: DateTime<Utc>) -> Result<()> {
+    async fn extend_event_retention(
+        &self,
+        id: &EventId,
+        restarted_at: DateTime<Utc>,
+    ) -> Result<()> {
         lock(&self.state).retained.insert(id.clone(), restarted_at);
         Ok(())
     }

@@ -222,3 +222,121 @@ fn payload_too_large(settings: &Settings) -> PipelineError {
         format!("payload exceeds {} bytes", settings.max_payload_bytes),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::MemoryStore;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    fn settings() -> Settings {
+        Settings::from_lookup(|_| None).unwrap()
+    }
+
+    const BODY: &[u8] = br#"{"event_type":"order.paid","payload":{"n":1}}"#;
+
+    /// DynamoDB answers TransactionConflict when a concurrent request holds
+    /// the same idempotency key: retried, never a 500.
+    #[tokio::test]
+    async fn a_contended_commit_is_retried() {
+        let store = MemoryStore::default();
+        store.contend_next_commits(2);
+        let mut rng = StdRng::seed_from_u64(1);
+        let accepted = ingest(
+            &store,
+            &settings(),
+            "acme",
+            Some("k1"),
+            BODY,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        assert!(!accepted.replayed);
+        // Contended every time: a retryable error (503 at the edge).
+        store.contend_next_commits(10);
+        let err = ingest(
+            &store,
+            &settings(),
+            "acme",
+            Some("k2"),
+            BODY,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+    }
+
+    /// The concurrent request with the same key committed first: the
+    /// contended one replays its answer.
+    #[tokio::test]
+    async fn a_contended_commit_replays_the_winner() {
+        let store = MemoryStore::default();
+        let mut rng = StdRng::seed_from_u64(2);
+        let winner = ingest(
+            &store,
+            &settings(),
+            "acme",
+            Some("k"),
+            BODY,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        // The loser read no record before the winner committed, then met
+        // the conflict: simulate by contending its first commit.
+        store.contend_next_commits(1);
+        let loser = ingest(
+            &store,
+            &settings(),
+            "acme",
+            Some("k"),
+            BODY,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        assert!(loser.replayed);
+        assert_eq!(loser.body, winner.body);
+    }
+
+    #[tokio::test]
+    async fn payload_text_is_kept_and_hashed_as_sent() {
+        let store = MemoryStore::default();
+        let mut rng = StdRng::seed_from_u64(3);
+        let body =
+            br#"{"event_type":"a.b","payload": {"x":1.10, "big":123456789012345678901234567890} }"#;
+        ingest(
+            &store,
+            &settings(),
+            "acme",
+            Some("k"),
+            body,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        // Same value, other bytes: a different request for the same key.
+        let other =
+            br#"{"event_type":"a.b","payload":{"x":1.1,"big":123456789012345678901234567890}}"#;
+        let err = ingest(
+            &store,
+            &settings(),
+            "acme",
+            Some("k"),
+            other,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, PipelineError::Conflict(_)), "{err}");
+    }
+}

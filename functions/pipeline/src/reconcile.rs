@@ -155,10 +155,25 @@ mod tests {
         let now = Utc::now();
         let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
         let old = event(now - chrono::Duration::hours(1));
-        let lost = Delivery::new(DeliveryId::generate(), &old, EndpointId::generate(), old.created_at);
-        let mut fresh = Delivery::new(DeliveryId::generate(), &old, EndpointId::generate(), old.created_at);
+        let lost = Delivery::new(
+            DeliveryId::generate(),
+            &old,
+            EndpointId::generate(),
+            old.created_at,
+        );
+        let mut fresh = Delivery::new(
+            DeliveryId::generate(),
+            &old,
+            EndpointId::generate(),
+            old.created_at,
+        );
         fresh.next_attempt_at = Some(now - chrono::Duration::minutes(5)); // not overdue yet
-        let mut later = Delivery::new(DeliveryId::generate(), &old, EndpointId::generate(), old.created_at);
+        let mut later = Delivery::new(
+            DeliveryId::generate(),
+            &old,
+            EndpointId::generate(),
+            old.created_at,
+        );
         later.next_attempt_at = Some(now + chrono::Duration::hours(2)); // a long backoff
         for d in [&lost, &fresh, &later] {
             store.insert_delivery(d.clone());
@@ -166,28 +181,48 @@ mod tests {
         let (old_message, _) = message_for(&lost, now).unwrap();
 
         let report = reconcile(&store, &queue, &settings(), now).await.unwrap();
-        assert_eq!((report.overdue, report.requeued, report.complete), (1, 1, true));
+        assert_eq!(
+            (report.overdue, report.requeued, report.complete),
+            (1, 1, true)
+        );
         let sent = queue.sent();
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].0.delivery_id, lost.id);
         assert_eq!(sent[0].1, 0, "due now");
-        let stored = store.deliveries().into_iter().find(|d| d.id == lost.id).unwrap();
+        let stored = store
+            .deliveries()
+            .into_iter()
+            .find(|d| d.id == lost.id)
+            .unwrap();
         assert!(stored.requeued && stored.version == lost.version + 1);
         assert_eq!(sent[0].0.version, Some(stored.version));
-        assert_ne!(old_message.version, sent[0].0.version, "an old message turning up is stale");
+        assert_ne!(
+            old_message.version, sent[0].0.version,
+            "an old message turning up is stale"
+        );
         assert_eq!(store.retained_from(&lost.event_id), Some(now));
 
         // Idempotent: the next run (the message not handled yet, but due
         // only now) queues nothing more.
-        let again = reconcile(&store, &queue, &settings(), now + chrono::Duration::minutes(5))
-            .await
-            .unwrap();
+        let again = reconcile(
+            &store,
+            &queue,
+            &settings(),
+            now + chrono::Duration::minutes(5),
+        )
+        .await
+        .unwrap();
         assert_eq!((again.overdue, again.requeued), (0, 0));
         // Lost again: one period later it is queued again (and `fresh`,
         // overdue by then, with it; `later` is not due).
-        let third = reconcile(&store, &queue, &settings(), now + chrono::Duration::minutes(16))
-            .await
-            .unwrap();
+        let third = reconcile(
+            &store,
+            &queue,
+            &settings(),
+            now + chrono::Duration::minutes(16),
+        )
+        .await
+        .unwrap();
         assert_eq!(third.requeued, 2);
     }
 
@@ -207,9 +242,14 @@ mod tests {
         assert_eq!(store.deliveries().len(), 2);
         // The new deliveries are due at once (dispatch queues them from the
         // stream; if that is lost too, the next run finds them overdue).
-        let later = reconcile(&store, &queue, &settings(), now + chrono::Duration::minutes(16))
-            .await
-            .unwrap();
+        let later = reconcile(
+            &store,
+            &queue,
+            &settings(),
+            now + chrono::Duration::minutes(16),
+        )
+        .await
+        .unwrap();
         assert_eq!((later.fanouts, later.requeued), (0, 2));
     }
 }

@@ -247,3 +247,117 @@ async fn handle_entry<S: Store, Q: Queue>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::{MemoryQueue, MemoryStore};
+    use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+    use hookline_core::model::{Attempt, Delivery, Event, EventType};
+    use serde_json::value::RawValue;
+
+    fn pending(now: DateTime<Utc>) -> Delivery {
+        let event = Event::new(
+            EventId::new(now, &mut rand::thread_rng()),
+            AppId::parse("acme").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &RawValue::from_string("{}".into()).unwrap(),
+            now,
+        );
+        Delivery::new(DeliveryId::generate(), &event, EndpointId::generate(), now)
+    }
+
+    fn failure_copy(d: &Delivery, now: DateTime<Utc>) -> String {
+        let (mut m, _) = message_for(d, now).unwrap();
+        m.failure = Some("HTTP 500".into());
+        m.to_json()
+    }
+
+    const BUDGET: Duration = Duration::from_secs(60);
+
+    /// Deliver sent the DLQ copy and has not recorded `failed` yet when the
+    /// redrive reads the copy. Before the fix the redrive re-queued the
+    /// pending delivery and deleted the copy; deliver then wrote `failed`:
+    /// a failed delivery with no DLQ copy, the re-queued message stale.
+    #[tokio::test]
+    async fn a_failure_copy_of_a_delivery_not_yet_failed_stays_in_the_dlq() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let mut d = pending(now);
+        store.insert_delivery(d.clone());
+        queue.push_dlq(failure_copy(&d, now));
+        let report = redrive(&store, &queue, &RedriveRequest::default(), now, BUDGET)
+            .await
+            .unwrap();
+        assert_eq!((report.in_flight, report.requeued), (1, 0), "{report:?}");
+        assert_eq!(queue.dlq_bodies().len(), 1, "the copy is kept");
+        assert!(queue.sent().is_empty());
+        // Deliver now records `failed`; the next redrive restarts it.
+        let expected = d.version;
+        d.fail_now(Attempt::new(1, now, Some(500), Duration::ZERO, None, None))
+            .unwrap();
+        assert!(store.update_delivery(&d, expected).await.unwrap());
+        let report = redrive(&store, &queue, &RedriveRequest::default(), now, BUDGET)
+            .await
+            .unwrap();
+        assert_eq!(report.redriven, 1, "{report:?}");
+        assert!(queue.dlq_bodies().is_empty());
+        assert_eq!(store.deliveries()[0].status, DeliveryStatus::Pending);
+        assert_eq!(store.retained_from(&d.event_id), Some(now), "event kept");
+    }
+
+    /// A message SQS moved to the DLQ after maxReceiveCount (no failure
+    /// note) means the delivery lost its queue message: queue it again.
+    #[tokio::test]
+    async fn a_pending_delivery_whose_message_sqs_moved_is_requeued() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let d = pending(now);
+        store.insert_delivery(d.clone());
+        queue.push_dlq(message_for(&d, now).unwrap().0.to_json());
+        let report = redrive(&store, &queue, &RedriveRequest::default(), now, BUDGET)
+            .await
+            .unwrap();
+        assert_eq!((report.requeued, report.complete), (1, true));
+        assert!(queue.dlq_bodies().is_empty());
+        assert_eq!(queue.sent()[0].0.version, Some(d.version));
+    }
+
+    /// A short poll can answer empty while messages wait (SQS samples some
+    /// servers). Before the fix the redrive stopped there, reporting 0.
+    #[tokio::test]
+    async fn long_polls_so_an_empty_sample_does_not_end_the_redrive() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let mut d = pending(now);
+        let copy = failure_copy(&d, now);
+        d.fail_now(Attempt::new(1, now, Some(500), Duration::ZERO, None, None))
+            .unwrap();
+        store.insert_delivery(d.clone());
+        queue.push_dlq(copy);
+        queue.empty_short_polls(3);
+        let report = redrive(&store, &queue, &RedriveRequest::default(), now, BUDGET)
+            .await
+            .unwrap();
+        assert_eq!((report.received, report.redriven), (1, 1), "{report:?}");
+    }
+
+    /// No time left: nothing is received, and the report says so.
+    #[tokio::test]
+    async fn stops_within_its_time_budget_and_says_it_is_not_complete() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        queue.push_dlq("garbage".into());
+        let report = redrive(
+            &store,
+            &queue,
+            &RedriveRequest::default(),
+            now,
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+        assert_eq!((report.received, report.complete), (0, false));
+        assert_eq!(queue.dlq_bodies().len(), 1);
+    }
+}

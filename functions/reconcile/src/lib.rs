@@ -43,7 +43,12 @@ mod tests {
             &serde_json::value::RawValue::from_string("{}".into()).unwrap(),
             at,
         );
-        store.insert_delivery(Delivery::new(DeliveryId::generate(), &event, EndpointId::generate(), at));
+        store.insert_delivery(Delivery::new(
+            DeliveryId::generate(),
+            &event,
+            EndpointId::generate(),
+            at,
+        ));
         let input: serde_json::Value =
             serde_json::from_str(include_str!("../../../events/reconcile.json")).unwrap();
         let report = handle(&store, &queue, &settings, input, now).await.unwrap();

@@ -15,8 +15,14 @@ async fn main() -> Result<(), Error> {
                 .get_or_init(|| hookline_aws::clients::store_and_queue(settings))
                 .await;
             Ok::<_, Error>(
-                hookline_reconcile::handle(store, queue, settings, event.payload, chrono::Utc::now())
-                    .await?,
+                hookline_reconcile::handle(
+                    store,
+                    queue,
+                    settings,
+                    event.payload,
+                    chrono::Utc::now(),
+                )
+                .await?,
             )
         }
     }))

@@ -58,18 +58,28 @@ mod tests {
         queue.push_dlq("garbage".into());
         let input: serde_json::Value =
             serde_json::from_str(include_str!("../../../events/retry-dry-run.json")).unwrap();
-        let report = handle(&store, &queue, input, Utc::now(), Duration::from_secs(60)).await.unwrap();
+        let report = handle(&store, &queue, input, Utc::now(), Duration::from_secs(60))
+            .await
+            .unwrap();
         assert_eq!(
             (report.received, report.invalid, report.dry_run),
             (1, 1, true)
         );
         let input: serde_json::Value =
             serde_json::from_str(include_str!("../../../events/retry.json")).unwrap();
-        let report = handle(&store, &queue, input, Utc::now(), Duration::from_secs(60)).await.unwrap();
-        assert_eq!(report.invalid, 1, "an unreadable message stays in the DLQ");
-        let report = handle(&store, &queue, serde_json::Value::Null, Utc::now(), Duration::from_secs(60))
+        let report = handle(&store, &queue, input, Utc::now(), Duration::from_secs(60))
             .await
             .unwrap();
+        assert_eq!(report.invalid, 1, "an unreadable message stays in the DLQ");
+        let report = handle(
+            &store,
+            &queue,
+            serde_json::Value::Null,
+            Utc::now(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
         assert!(!report.dry_run);
         let err = handle(
             &store,
