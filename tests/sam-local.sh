@@ -7,7 +7,11 @@
 #   dispatch -> messages in the delivery queue (fixtures and the real stream record)
 #   deliver  -> the loopback receiver got a POST whose signatures verify
 #   retry    -> the DLQ is drained
-# Without a Docker API it says so and skips (exit 0). .ci/run sets one up.
+#   reconcile -> a pending delivery whose stream record was never dispatched
+#               is queued again once overdue
+# Without a Docker API it says so and skips (exit 0), unless
+# HOOKLINE_REQUIRE_SAM_LOCAL=1 (.ci/run sets it, and sets up the API): then a
+# missing Docker API fails the run, so CI cannot pass without a single invoke.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -20,6 +24,10 @@ docker_api() {
   esac
 }
 if ! docker_api; then
+  if [ "${HOOKLINE_REQUIRE_SAM_LOCAL:-0}" = 1 ]; then
+    echo "sam local: FAILED - HOOKLINE_REQUIRE_SAM_LOCAL=1 but no Docker API at ${DOCKER_HOST:-unix:///var/run/docker.sock}" >&2
+    exit 1
+  fi
   echo "sam local: SKIPPED - no Docker API at ${DOCKER_HOST:-unix:///var/run/docker.sock} (run ../shared/sam-local/container-runtime.sh, or start Docker)"
   exit 0
 fi
@@ -48,10 +56,10 @@ ok "cfn-lint: no errors or warnings"
 
 echo "== sam build (x86_64, debug profile for local invokes)"
 SAM_BUILD_MODE=debug sam build --parameter-overrides Architecture=x86_64 DeployExampleReceiver=true --build-dir .aws-sam/build >"$work/build.log" 2>&1 || { tail -50 "$work/build.log"; exit 1; }
-for f in IngestFunction DispatchFunction DeliverFunction RetryFunction ExampleReceiverFunction; do
+for f in IngestFunction DispatchFunction DeliverFunction RetryFunction ReconcileFunction ExampleReceiverFunction; do
   test -x ".aws-sam/build/$f/bootstrap" || { echo "no bootstrap for $f"; exit 1; }
 done
-ok "sam build: 5 bootstrap binaries"
+ok "sam build: 6 bootstrap binaries"
 
 # The shared base image is a Debian minbase rootfs without CA certificates (the
 # real provided.al2023 image has them, and the SDK's TLS setup requires some):
@@ -166,6 +174,25 @@ invoke RetryFunction events/retry.json "$work/r2.out"
 check field "$work/r2.out" already_delivered 1
 check queue-depth "$moto" "$dlq" 0 0 >/dev/null
 ok "retry: dry run counts, real run drains the DLQ"
+
+echo "== ReconcileFunction"
+invoke ReconcileFunction events/reconcile.json "$work/rc0.out"
+check field "$work/rc0.out" requeued 0
+check purge "$moto" "$queue"
+sed 's/"order-1042-paid"/"order-1042-reconcile"/' events/api-post-event.json > "$work/event3.json"
+invoke IngestFunction "$work/event3.json" "$work/event3.out"
+lost_id=$(check http "$work/event3.out" 202 delivery_ids.0)
+check status "$moto" "$table" "$lost_id" pending
+# Its stream record is never dispatched (lost). Once overdue
+# (WEBHOOKS_RECONCILE_AFTER in events/env.local.json), the reconciler queues it.
+after=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ReconcileFunction"]["WEBHOOKS_RECONCILE_AFTER"].rstrip("s"))' events/env.local.json)
+sleep $((after + 1))
+invoke ReconcileFunction events/reconcile.json "$work/rc1.out"
+check field "$work/rc1.out" requeued 1
+check queue-depth "$moto" "$queue" 1 1 >/dev/null
+invoke ReconcileFunction events/reconcile.json "$work/rc2.out"
+check field "$work/rc2.out" requeued 0
+ok "reconcile: nothing overdue -> 0; a delivery whose stream record was lost -> re-queued once"
 
 echo "== ExampleReceiverFunction (receiver kit)"
 receiver_secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ExampleReceiverFunction"]["WEBHOOKS_RECEIVER_SECRETS"])' events/env.local.json)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hookline_core::signing::{sign, Schemes, Secret};
 use hookline_pipeline::ports::{OutgoingRequest, Sender};
-use hookline_pipeline::sender::HttpSender;
+use hookline_pipeline::sender::{HttpSender, Lookup};
 use hookline_tests::receiver::{Receiver, Reply};
 use hookline_tests::stack::Stack;
 use hookline_tests::{local_binary, record_figures, workspace_root};
@@ -34,24 +34,14 @@ fn counting_listener() -> (u16, Arc<AtomicUsize>) {
     (port, hits)
 }
 
-/// A name from /etc/hosts that maps to loopback and is not `localhost`.
-fn loopback_alias() -> Option<String> {
-    let hosts = std::fs::read_to_string("/etc/hosts").ok()?;
-    hosts.lines().find_map(|l| {
-        let mut parts = l.split_whitespace();
-        let ip = parts.next()?;
-        if !ip.starts_with("127.") {
-            return None;
-        }
-        parts
-            .find(|n| !n.contains("localhost") && !n.starts_with('#'))
-            .map(str::to_owned)
-    })
-}
+/// A DNS name that resolves to loopback in this test, whatever /etc/hosts
+/// holds (a resolver override, like curl's --resolve, used both by the
+/// registration check and by the sender's guarded resolver).
+const LOOPBACK_NAME: &str = "hooks.rebind.example";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssrf_vectors_are_blocked_at_registration_and_at_send() {
-    let stack = Stack::start(&[("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "false")]).await;
+    let mut stack = Stack::start(&[("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "false")]).await;
     let (port, hits) = counting_listener();
     let mut vectors: Vec<(String, String)> = vec![
         ("loopback".into(), format!("https://127.0.0.1:{port}/")),
@@ -123,13 +113,16 @@ async fn ssrf_vectors_are_blocked_at_registration_and_at_send() {
             format!("gopher://127.0.0.1:{port}/"),
         ),
     ];
-    if let Some(alias) = loopback_alias() {
-        vectors.push((
-            format!("DNS name `{alias}` resolving to loopback"),
-            format!("https://{alias}:{port}/"),
-        ));
-    }
-    let sender = HttpSender::new(false).expect("sender");
+    vectors.push((
+        format!("DNS name `{LOOPBACK_NAME}` resolving to loopback"),
+        format!("https://{LOOPBACK_NAME}:{port}/"),
+    ));
+    let lookup = Lookup::system().with_override(
+        LOOPBACK_NAME,
+        vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)],
+    );
+    stack.local.api.lookup = lookup.clone();
+    let sender = HttpSender::with_lookup(false, lookup).expect("sender");
     let secret = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("secret");
     let headers = sign("msg_1", 1, b"{}", &[&secret], Schemes::default()).expect("sign");
     let mut rows = Vec::new();

@@ -25,17 +25,21 @@ fn moto_binary() -> PathBuf {
         return PathBuf::from(path);
     }
     let root = workspace_root();
-    let bin = root.join(".venv/moto/bin/moto_server");
-    if !bin.exists() {
-        let status = Command::new(root.join("infra/bin/venv"))
-            .args(["moto", "tests/requirements-moto.txt"])
-            .current_dir(&root)
-            .stdout(Stdio::null())
-            .status()
-            .expect("run infra/bin/venv to install moto");
-        assert!(status.success(), "installing moto into .venv/moto failed");
-    }
-    bin
+    // Every test of the binary gets here at once on a fresh clone: one
+    // installs (infra/bin/venv also holds a file lock across processes), the
+    // others wait for it. The script returns at once when the venv's stamp
+    // matches the pinned requirements, so it runs on every start: a venv
+    // left half-made by a killed install is never taken for a good one.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
+    let status = Command::new(root.join("infra/bin/venv"))
+        .args(["moto", "tests/requirements-moto.txt"])
+        .current_dir(&root)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run infra/bin/venv to install moto");
+    assert!(status.success(), "installing moto into .venv/moto failed");
+    root.join(".venv/moto/bin/moto_server")
 }
 
 fn free_port() -> u16 {

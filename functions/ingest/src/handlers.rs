@@ -127,7 +127,7 @@ async fn check_url<S, Q>(api: &Api<S, Q>, url: &str) -> Result<(), ApiError> {
     let parsed = check_endpoint_url(url, api.settings.allow_private_endpoints)
         .map_err(|reason| bad_request("invalid_url", reason))?;
     if !api.settings.allow_private_endpoints {
-        check_resolved_host(&parsed)
+        check_resolved_host(&parsed, &api.lookup)
             .await
             .map_err(|reason| bad_request("invalid_url", reason))?;
     }

@@ -42,6 +42,8 @@ pub struct Api<S, Q> {
     pub queue: Q,
     pub settings: Settings,
     pub keys: ApiKeys,
+    /// How endpoint host names are looked up at registration (SSRF check).
+    pub lookup: hookline_pipeline::sender::Lookup,
 }
 
 /// An error answer.
@@ -195,6 +197,7 @@ mod tests {
             })
             .unwrap(),
             keys: ApiKeys::admin("local-admin-key"),
+            lookup: Default::default(),
         }
     }
 

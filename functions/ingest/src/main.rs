@@ -24,6 +24,7 @@ async fn main() -> Result<(), Error> {
                         queue,
                         settings: settings.clone(),
                         keys: keys.clone(),
+                        lookup: Default::default(),
                     }
                 })
                 .await;

@@ -15,6 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static CASES: AtomicUsize = AtomicUsize::new(0);
 static ERRORS_4XX: AtomicUsize = AtomicUsize::new(0);
+static ERRORS_5XX: AtomicUsize = AtomicUsize::new(0);
+static MISSING_ERROR_BODY: AtomicUsize = AtomicUsize::new(0);
+/// Generated requests that are not representable HTTP (API Gateway would
+/// refuse them before the function): counted, not sent.
+static NOT_HTTP: AtomicUsize = AtomicUsize::new(0);
 
 /// Appends the running totals to the suite's figures (last line wins).
 fn record() {
@@ -23,10 +28,15 @@ fn record() {
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
         .join("test-figures");
     let _ = std::fs::create_dir_all(&dir);
+    // Every number is counted by the test (a panic fails the test before
+    // its case is counted; a 5xx is counted, then fails the test).
     let line = format!(
-        "API fuzz (proptest, real router and handlers): {} random requests over every route (hostile path segments, query strings, headers up to 8 KB, bodies: random text, JSON nested 3000 deep, unknown fields, 300 KB payloads): {} answered 4xx with a JSON error, 0 answered 5xx, 0 panics\n",
+        "API fuzz (proptest, real router and handlers): {} random requests over every route (hostile path segments, query strings, headers up to 8 KB, bodies: random text, JSON nested 3000 deep, unknown fields, 300 KB payloads): {} answered 4xx ({} without a JSON error body), {} answered 5xx, 0 panics; {} generated requests were not representable HTTP and not sent\n",
         CASES.load(Ordering::SeqCst),
-        ERRORS_4XX.load(Ordering::SeqCst)
+        ERRORS_4XX.load(Ordering::SeqCst),
+        MISSING_ERROR_BODY.load(Ordering::SeqCst),
+        ERRORS_5XX.load(Ordering::SeqCst),
+        NOT_HTTP.load(Ordering::SeqCst),
     );
     let _ = std::fs::write(dir.join("hostile.txt"), line);
 }
@@ -37,6 +47,7 @@ fn api() -> Api<MemoryStore, MemoryQueue> {
         queue: MemoryQueue::default(),
         settings: Settings::from_lookup(|_| None).expect("settings"),
         keys: ApiKeys::admin("fuzz-admin"),
+        lookup: Default::default(),
     }
 }
 
@@ -143,23 +154,31 @@ proptest! {
             hs.push(("authorization".into(), "Bearer fuzz-admin".into()));
         }
         let Ok(request) = apigw::http_request(method, &path, &hs, body.as_deref()) else {
-            // Not a representable HTTP request (API Gateway would refuse it).
+            // Not a representable HTTP request (API Gateway would refuse it):
+            // counted and reported, not silently passed.
+            NOT_HTTP.fetch_add(1, Ordering::SeqCst);
+            record();
             return Ok(());
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
         let api = api();
         let response = rt.block_on(handle(&api, request, Utc::now(), &mut rand::rngs::StdRng::seed_from_u64(1)));
         let status = response.status().as_u16();
-        prop_assert!(status < 500, "{method} {path} -> {status}");
         CASES.fetch_add(1, Ordering::SeqCst);
-        if status >= 400 {
-            ERRORS_4XX.fetch_add(1, Ordering::SeqCst);
+        let body: serde_json::Value = serde_json::from_slice(response.body().as_ref()).unwrap_or_default();
+        let error_body = body["error"]["code"].is_string() && body["error"]["message"].is_string();
+        match status {
+            500.. => ERRORS_5XX.fetch_add(1, Ordering::SeqCst),
+            400.. => ERRORS_4XX.fetch_add(1, Ordering::SeqCst),
+            _ => 0,
+        };
+        if status >= 400 && !error_body {
+            MISSING_ERROR_BODY.fetch_add(1, Ordering::SeqCst);
         }
         record();
+        prop_assert!(status < 500, "{method} {path} -> {status}");
         if status >= 400 {
-            let body: serde_json::Value = serde_json::from_slice(response.body().as_ref()).unwrap_or_default();
-            prop_assert!(body["error"]["code"].is_string(), "{method} {path}: {body}");
-            prop_assert!(body["error"]["message"].is_string());
+            prop_assert!(error_body, "{method} {path}: {body}");
         }
     }
 }

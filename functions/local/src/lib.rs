@@ -156,6 +156,7 @@ impl LocalStack {
             queue: queue.clone(),
             settings: settings.clone(),
             keys: ApiKeys::admin(&config.admin_key),
+            lookup: Default::default(),
         };
         let deliverer = Deliverer::new(store.clone(), queue.clone(), sender, settings.clone());
         Ok(Self {

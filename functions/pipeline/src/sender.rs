@@ -100,29 +100,55 @@ pub fn check_endpoint_url(raw: &str, allow_private: bool) -> Result<url::Url, St
     Ok(url)
 }
 
-/// The error the guarded resolver returns for a name resolving to a private address.
+/// How host names are looked up: the system resolver, with optional fixed
+/// answers laid over it (like curl's `--resolve`). Tests use an override to
+/// make a DNS name resolve to loopback whatever `/etc/hosts` holds, so the
+/// "name resolving to a private address" guard is always exercised.
+#[derive(Debug, Clone, Default)]
+pub struct Lookup {
+    overrides: Arc<std::collections::HashMap<String, Vec<IpAddr>>>,
+}
+
+impl Lookup {
+    /// The system resolver only.
+    pub fn system() -> Self {
+        Self::default()
+    }
+
+    /// Answers `name` with `ips` instead of asking the system.
+    pub fn with_override(mut self, name: &str, ips: Vec<IpAddr>) -> Self {
+        Arc::make_mut(&mut self.overrides).insert(name.to_ascii_lowercase(), ips);
+        self
+    }
+
+    /// The addresses of `host` (with `port`).
+    pub async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        if let Some(ips) = self.overrides.get(&host.to_ascii_lowercase()) {
+            return Ok(ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect());
+        }
+        Ok(tokio::net::lookup_host((host, port)).await?.collect())
+    }
+}
+
 /// Registration-time DNS check of an endpoint URL (private endpoints not
 /// allowed): a name that resolves now to any non-public address is refused.
 /// A name that does not resolve (yet) is accepted: every send resolves again
 /// through the guarded resolver, which is the check that cannot be raced.
-pub async fn check_resolved_host(url: &url::Url) -> Result<(), String> {
+pub async fn check_resolved_host(url: &url::Url, lookup: &Lookup) -> Result<(), String> {
     let Some(url::Host::Domain(host)) = url.host() else {
         return Ok(());
     };
     let port = url.port_or_known_default().unwrap_or(443);
-    let lookup = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::lookup_host((host.to_owned(), port)),
-    )
-    .await;
-    if let Ok(Ok(addrs)) = lookup {
-        if let Some(bad) = addrs.map(|a| a.ip()).find(|ip| !is_public_ip(*ip)) {
+    let resolved = tokio::time::timeout(Duration::from_secs(2), lookup.resolve(host, port)).await;
+    if let Ok(Ok(addrs)) = resolved {
+        if let Some(bad) = addrs.iter().map(|a| a.ip()).find(|ip| !is_public_ip(*ip)) {
             return Err(format!("{host} resolves to {bad}, not a public address"));
         }
     }
     Ok(())
 }
 
+/// The error the guarded resolver returns for a name resolving to a private address.
 #[derive(Debug)]
 struct BlockedAddress(String);
 
@@ -134,16 +160,16 @@ impl fmt::Display for BlockedAddress {
 
 impl StdError for BlockedAddress {}
 
-/// Resolves with the system resolver, then refuses non-public addresses.
+/// Resolves through a [`Lookup`], then refuses non-public addresses.
 #[derive(Debug)]
-struct GuardedResolver;
+struct GuardedResolver(Lookup);
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
+        let lookup = self.0.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addrs = lookup.resolve(&host, 0).await?;
             if addrs.is_empty() || addrs.iter().any(|a| !is_public_ip(a.ip())) {
                 return Err(Box::new(BlockedAddress(host)) as Box<dyn StdError + Send + Sync>);
             }
@@ -162,13 +188,18 @@ pub struct HttpSender {
 impl HttpSender {
     /// Builds the client once (connection pool shared by every delivery).
     pub fn new(allow_private: bool) -> Result<Self, String> {
+        Self::with_lookup(allow_private, Lookup::system())
+    }
+
+    /// [`Self::new`] resolving names through `lookup`.
+    pub fn with_lookup(allow_private: bool, lookup: Lookup) -> Result<Self, String> {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .connect_timeout(Duration::from_secs(5))
             .pool_idle_timeout(Duration::from_secs(30));
         if !allow_private {
-            builder = builder.dns_resolver(Arc::new(GuardedResolver));
+            builder = builder.dns_resolver(Arc::new(GuardedResolver(lookup)));
         }
         let client = builder.build().map_err(|e| e.to_string())?;
         Ok(Self {
