@@ -4,6 +4,7 @@
 //! | situation | answer | processed? |
 //! |---|---|---|
 //! | bad / missing / stale signature | 401 | no |
+//! | only the Stripe-compatible signature (its id is unsigned) | 401, unless [`Receiver::dedup_unsigned_by_body`] | no |
 //! | already processed (`webhook-id` seen) | 200 | not again |
 //! | another copy is being processed right now | 409 (sender retries) | not twice |
 //! | processing failed | 500 (sender retries); the id is **not** marked | attempted |
@@ -43,12 +44,21 @@ impl Reply {
 }
 
 /// Verifies, deduplicates and processes webhooks.
+///
+/// Deduplication keys must be covered by the signature. Standard Webhooks
+/// signs `webhook-id`; the Stripe-compatible scheme does not sign
+/// `X-Webhook-ID`, so a captured request replayed within the timestamp
+/// tolerance with the `webhook-*` headers stripped and a fresh `X-Webhook-ID`
+/// would be processed again. By default such a request is refused (401); a
+/// receiver whose sender sends only the Stripe-compatible scheme opts in to
+/// [`Receiver::dedup_unsigned_by_body`].
 #[derive(Debug)]
 pub struct Receiver<S> {
     verifier: Verifier,
     store: S,
     lease: Duration,
     ttl: Duration,
+    dedup_by_body: bool,
 }
 
 impl<S: SeenStore> Receiver<S> {
@@ -58,7 +68,18 @@ impl<S: SeenStore> Receiver<S> {
             store,
             lease: DEFAULT_CLAIM_LEASE,
             ttl: DEFAULT_PROCESSED_TTL,
+            dedup_by_body: false,
         }
+    }
+
+    /// Accepts Stripe-compatible-only requests, deduplicating them on the
+    /// SHA-256 of the body (signed, and byte-identical on every retry of a
+    /// message) instead of the unsigned `X-Webhook-ID`. Caveat: two distinct
+    /// messages with byte-identical bodies (same type, same creation
+    /// millisecond, same data) count as one.
+    pub fn dedup_unsigned_by_body(mut self) -> Self {
+        self.dedup_by_body = true;
+        self
     }
 
     /// How long processed ids are remembered (default 7 days).
@@ -90,10 +111,19 @@ impl<S: SeenStore> Receiver<S> {
             Ok(v) => v,
             Err(err) => return Reply::new(401, err.to_string()),
         };
-        let Some(id) = verified.message_id.clone().filter(|id| !id.is_empty()) else {
+        let id = if verified.id_signed {
+            match verified.message_id.clone().filter(|id| !id.is_empty()) {
+                Some(id) => id,
+                None => return Reply::new(400, "no message id (webhook-id) to deduplicate on"),
+            }
+        } else if self.dedup_by_body {
+            use sha2::Digest;
+            format!("sha256:{}", hex::encode(sha2::Sha256::digest(body)))
+        } else {
             return Reply::new(
-                400,
-                "no message id (webhook-id / X-Webhook-ID) to deduplicate on",
+                401,
+                "the Standard Webhooks headers are required: X-Webhook-ID is not covered by the \
+                 Stripe-compatible signature, so it cannot be trusted to deduplicate",
             );
         };
         match process_once(&self.store, &id, self.lease, self.ttl, || process(verified)).await {
@@ -256,5 +286,77 @@ mod tests {
         }
         assert_eq!(runs.load(Ordering::SeqCst), 0);
         assert!(r.store().is_empty());
+    }
+
+    /// A captured request carrying both schemes, replayed within the
+    /// tolerance with the `webhook-*` headers stripped and a new
+    /// `X-Webhook-ID`: before the fix it was processed a second time.
+    #[tokio::test]
+    async fn a_replay_with_a_swapped_unsigned_id_is_not_processed_again() {
+        use crate::scheme::stripe;
+        let body = br#"{"type":"order.paid"}"#;
+        let mut headers = signed("msg_r", body);
+        let ts: i64 = headers[1].1.parse().unwrap();
+        let sig = stripe::signature(SECRET, ts, body);
+        headers.push(("x-webhook-id".into(), "msg_r".into()));
+        headers.push(("x-webhook-timestamp".into(), ts.to_string()));
+        headers.push((
+            "x-webhook-signature".into(),
+            stripe::header_value(ts, &[sig]),
+        ));
+        let runs = AtomicUsize::new(0);
+        let process = |_| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>(())
+        };
+        assert_eq!(r_handle(&receiver(), &headers, body, &runs).await, 200);
+        // The attacker's replay on the same receiver.
+        let r = receiver();
+        assert_eq!(r.handle(&headers, body, process).await.status, 200);
+        let replay: Vec<(String, String)> = headers
+            .iter()
+            .filter(|(k, _)| !k.starts_with("webhook-"))
+            .map(|(k, v)| {
+                if k == "x-webhook-id" {
+                    (k.clone(), "msg_forged".into())
+                } else {
+                    (k.clone(), v.clone())
+                }
+            })
+            .collect();
+        let reply = r.handle(&replay, body, process).await;
+        assert_eq!(reply.status, 401, "{reply:?}");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "one run per receiver, none for the replay"
+        );
+
+        // Opted in to Stripe-only: deduplicated on the signed body instead.
+        let r = receiver().dedup_unsigned_by_body();
+        assert_eq!(r.handle(&replay, body, process).await.status, 200);
+        let mut again = replay.clone();
+        again.retain(|(k, _)| k != "x-webhook-id");
+        again.push(("x-webhook-id".into(), "msg_forged_2".into()));
+        let reply = r.handle(&again, body, process).await;
+        assert_eq!(
+            (reply.status, reply.message.as_str()),
+            (200, "already processed")
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
+
+    async fn r_handle(
+        r: &Receiver<MemorySeenStore>,
+        headers: &[(String, String)],
+        body: &[u8],
+        runs: &AtomicUsize,
+    ) -> u16 {
+        r.handle(headers, body, |_| async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>(())
+        })
+        .await
+        .status
     }
 }

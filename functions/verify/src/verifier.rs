@@ -25,8 +25,14 @@ pub enum Scheme {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     pub scheme: Scheme,
-    /// The message id to deduplicate on (`webhook-id`, or `X-Webhook-ID`).
+    /// The message id the sender named (`webhook-id`, or `X-Webhook-ID`).
     pub message_id: Option<String>,
+    /// Whether the signature covers `message_id`: true for Standard Webhooks
+    /// (`{id}.{timestamp}.{body}` is signed), false for the Stripe-compatible
+    /// scheme (only `{t}.{body}` is signed, so `X-Webhook-ID` can be swapped
+    /// by whoever replays a captured request). Never deduplicate on an
+    /// unsigned id.
+    pub id_signed: bool,
     /// The signed unix timestamp.
     pub timestamp: i64,
 }
@@ -174,6 +180,7 @@ impl Verifier {
             Ok(Verified {
                 scheme: Scheme::StandardWebhooks,
                 message_id: Some(id.to_owned()),
+                id_signed: true,
                 timestamp,
             })
         } else {
@@ -219,6 +226,7 @@ impl Verifier {
             Ok(Verified {
                 scheme: Scheme::StripeCompatible,
                 message_id: headers.header(scheme::X_WEBHOOK_ID).map(str::to_owned),
+                id_signed: false,
                 timestamp,
             })
         } else {
