@@ -16,6 +16,7 @@ pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub sqs: aws_sdk_sqs::Client,
     pub streams: aws_sdk_dynamodbstreams::Client,
+    pub kms: aws_sdk_kms::Client,
 }
 
 /// Shared SDK configuration: region and credentials from the environment
@@ -55,6 +56,7 @@ impl Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(config),
             sqs: aws_sdk_sqs::Client::new(config),
             streams: aws_sdk_dynamodbstreams::Client::new(config),
+            kms: aws_sdk_kms::Client::new(config),
         }
     }
 
@@ -73,6 +75,11 @@ impl Clients {
             ),
             streams: aws_sdk_dynamodbstreams::Client::from_conf(
                 aws_sdk_dynamodbstreams::config::Builder::from(config)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            kms: aws_sdk_kms::Client::from_conf(
+                aws_sdk_kms::config::Builder::from(config)
                     .interceptor(counter.clone())
                     .build(),
             ),
@@ -123,6 +130,12 @@ pub async fn store_and_queue(
     );
     if serialize_dynamodb_from_env() {
         store = store.serialized(std::sync::Arc::new(tokio::sync::Mutex::new(())));
+    }
+    if let Some(key) = &settings.kms_key_id {
+        store = store.sealed_with(std::sync::Arc::new(crate::sealing::SecretSealer::new(
+            clients.kms.clone(),
+            key.clone(),
+        )));
     }
     let queue = crate::SqsQueue::new(
         clients.sqs.clone(),

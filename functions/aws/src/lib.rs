@@ -10,6 +10,8 @@
 //!   transaction (business write and webhook commit together).
 //! - [`local`]: the local event-source poller (stream -> dispatch, queue ->
 //!   deliver) that stands in for Lambda's event source mappings offline.
+//! - [`sealing`]: endpoint secrets at rest, sealed under a KMS key
+//!   (envelope encryption, data keys cached per process).
 //! - [`seen`]: [`seen::DynamoSeenStore`], the receiver kit's seen store on DynamoDB.
 //! - [`counting`]: an SDK interceptor counting every request by operation,
 //!   with estimated DynamoDB capacity units (the benchmark's cost model).
@@ -22,6 +24,7 @@ pub mod local;
 pub mod outbox;
 pub mod queue;
 pub mod schema;
+pub mod sealing;
 pub mod seen;
 pub mod store;
 

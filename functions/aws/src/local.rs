@@ -135,6 +135,13 @@ impl Template {
             .collect()
     }
 
+    /// Logical ids of the KMS keys.
+    pub fn kms_keys(&self) -> Vec<String> {
+        self.of_type("AWS::KMS::Key")
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Logical ids of the SQS queues.
     pub fn queues(&self) -> Vec<String> {
         self.of_type("AWS::SQS::Queue")
@@ -236,6 +243,8 @@ pub struct LocalResources {
     pub stream_arns: HashMap<String, String>,
     pub queue_urls: HashMap<String, String>,
     pub queue_arns: HashMap<String, String>,
+    /// KMS keys by logical id, as their alias (`alias/{prefix}{LogicalId}`).
+    pub kms_keys: HashMap<String, String>,
 }
 
 impl LocalResources {
@@ -251,7 +260,41 @@ impl LocalResources {
             stream_arns: HashMap::new(),
             queue_urls: HashMap::new(),
             queue_arns: HashMap::new(),
+            kms_keys: HashMap::new(),
         };
+        for logical in template.kms_keys() {
+            // The alias makes setup idempotent (a restart reuses the key).
+            let alias = format!("alias/{prefix}{logical}");
+            let exists = clients
+                .kms
+                .describe_key()
+                .key_id(&alias)
+                .send()
+                .await
+                .is_ok();
+            if !exists {
+                let key = clients
+                    .kms
+                    .create_key()
+                    .description(format!("{prefix}{logical} (local)"))
+                    .send()
+                    .await
+                    .map_err(|e| aws_err("CreateKey", e))?;
+                let key_id = key
+                    .key_metadata()
+                    .map(|m| m.key_id().to_owned())
+                    .ok_or_else(|| LocalError::Aws("CreateKey returned no key".into()))?;
+                clients
+                    .kms
+                    .create_alias()
+                    .alias_name(&alias)
+                    .target_key_id(key_id)
+                    .send()
+                    .await
+                    .map_err(|e| aws_err("CreateAlias", e))?;
+            }
+            out.kms_keys.insert(logical, alias);
+        }
         for logical in template.tables() {
             let name = format!("{prefix}{logical}");
             let props = template

@@ -24,6 +24,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::error::{corrupt, store_error};
 use crate::outbox;
 use crate::schema::{self, *};
+use crate::sealing::SecretSealer;
 
 /// The DynamoDB store. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub struct DynamoStore {
     retention: Duration,
     /// Held across every call when set (moto loses writes under concurrency).
     serial: Option<Arc<Mutex<()>>>,
+    /// Seals endpoint secrets at rest (KMS envelope encryption) when set.
+    sealer: Option<Arc<SecretSealer>>,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -59,7 +62,64 @@ impl DynamoStore {
             table: table.into(),
             retention,
             serial: None,
+            sealer: None,
         }
+    }
+
+    /// Seals endpoint secrets with `sealer` before they reach the table, and
+    /// opens them on every read.
+    pub fn sealed_with(mut self, sealer: Arc<SecretSealer>) -> Self {
+        self.sealer = Some(sealer);
+        self
+    }
+
+    /// An endpoint item with its secrets sealed (when a sealer is set).
+    async fn endpoint_to_sdk(
+        &self,
+        endpoint: &Endpoint,
+    ) -> Result<HashMap<String, AttributeValue>> {
+        let mut item = into_sdk(schema::endpoint_item(endpoint)?);
+        if let Some(sealer) = &self.sealer {
+            let owner = endpoint.id.as_str();
+            map_secrets(&mut item, |plain| async move {
+                sealer.seal(&plain, owner).await
+            })
+            .await?;
+        }
+        Ok(item)
+    }
+
+    /// An endpoint from its item, its secrets opened.
+    async fn endpoint_from_sdk(
+        &self,
+        mut item: HashMap<String, AttributeValue>,
+    ) -> Result<Endpoint> {
+        let owner = item
+            .get("id")
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default();
+        match &self.sealer {
+            Some(sealer) => {
+                let owner = owner.as_str();
+                map_secrets(&mut item, |stored| async move {
+                    sealer.open(&stored, owner).await
+                })
+                .await?;
+            }
+            None => {
+                if item
+                    .get("secret")
+                    .and_then(|v| v.as_s().ok())
+                    .is_some_and(|s| crate::sealing::is_sealed(s))
+                {
+                    return Err(PipelineError::Config(
+                        "endpoint secrets are sealed but no KMS key is configured (WEBHOOKS_KMS_KEY_ID)".into(),
+                    ));
+                }
+            }
+        }
+        schema::endpoint_from_item(Item::from(item))
     }
 
     /// Serialises every call through `lock` (share one lock per moto server).
@@ -288,7 +348,7 @@ impl Store for DynamoStore {
                 .await
                 .map_err(|e| store_error("Query", e))?;
             for item in page.items.unwrap_or_default() {
-                out.push(schema::endpoint_from_item(Item::from(item))?);
+                out.push(self.endpoint_from_sdk(item).await?);
             }
             match page.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),
@@ -298,14 +358,14 @@ impl Store for DynamoStore {
     }
 
     async fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>> {
-        self.get(app_pk(app), &endpoint_sk(id))
-            .await?
-            .map(schema::endpoint_from_item)
-            .transpose()
+        match self.get(app_pk(app), &endpoint_sk(id)).await? {
+            Some(item) => Ok(Some(self.endpoint_from_sdk(into_sdk(item)).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
-        let item = into_sdk(schema::endpoint_item(endpoint)?);
+        let item = self.endpoint_to_sdk(endpoint).await?;
         let _g = self.guard().await;
         self.client
             .put_item()
@@ -319,7 +379,7 @@ impl Store for DynamoStore {
     }
 
     async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
-        let item = into_sdk(schema::endpoint_item(endpoint)?);
+        let item = self.endpoint_to_sdk(endpoint).await?;
         let _g = self.guard().await;
         let request = self
             .client
@@ -724,6 +784,28 @@ impl Store for DynamoStore {
         )
         .await
     }
+}
+
+/// Rewrites every secret of an endpoint item (`secret`, and `secret` of each
+/// `previous_secrets` entry) through `f` (seal or open).
+async fn map_secrets<F, Fut>(item: &mut HashMap<String, AttributeValue>, f: F) -> Result<()>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String>>,
+{
+    if let Some(AttributeValue::S(secret)) = item.get_mut("secret") {
+        *secret = f(std::mem::take(secret)).await?;
+    }
+    if let Some(AttributeValue::L(previous)) = item.get_mut("previous_secrets") {
+        for entry in previous.iter_mut() {
+            if let AttributeValue::M(fields) = entry {
+                if let Some(AttributeValue::S(secret)) = fields.get_mut("secret") {
+                    *secret = f(std::mem::take(secret)).await?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `Ok(true)` on success, `Ok(false)` when the write's condition failed.

@@ -112,6 +112,10 @@ impl LocalStack {
             "WEBHOOKS_DLQ_URL".into(),
             pick(&resources.queue_urls, "DeadLetterQueue")?,
         );
+        vars.insert(
+            "WEBHOOKS_KMS_KEY_ID".into(),
+            pick(&resources.kms_keys, "SecretsKey")?,
+        );
         let settings = Settings::from_lookup(|k| vars.get(k).cloned())
             .map_err(|e| LocalError::Template(e.to_string()))?;
         // moto loses writes under concurrent transactions: one DynamoDB call at a time.
@@ -121,7 +125,11 @@ impl LocalStack {
             settings.table.clone(),
             settings.retention,
         )
-        .serialized(serial.clone());
+        .serialized(serial.clone())
+        .sealed_with(Arc::new(hookline_aws::sealing::SecretSealer::new(
+            clients.kms.clone(),
+            pick(&resources.kms_keys, "SecretsKey")?,
+        )));
         let queue = SqsQueue::new(
             clients.sqs.clone(),
             settings.queue_url.clone(),

@@ -42,6 +42,10 @@ pub struct Settings {
     /// `WEBHOOKS_RECONCILE_INTERVAL` (default 5m): how often the reconciler
     /// runs (the template's schedule; the local stack's timer).
     pub reconcile_interval: Duration,
+    /// `WEBHOOKS_KMS_KEY_ID`: the KMS key that seals endpoint secrets at rest
+    /// (envelope encryption; the template creates it). Unset: secrets are
+    /// stored in plaintext (unit tests only; every stack sets it).
+    pub kms_key_id: Option<String>,
     /// `WEBHOOKS_DELIVER_FUNCTION_TIMEOUT` (default 30s): the deliver
     /// function's timeout; a full batch of POSTs must fit in it.
     pub deliver_function_timeout: Duration,
@@ -125,6 +129,7 @@ impl Settings {
                 Duration::from_secs(86_400),
             )?,
             reconcile_after: duration("WEBHOOKS_RECONCILE_AFTER", Duration::from_secs(15 * 60))?,
+            kms_key_id: get("WEBHOOKS_KMS_KEY_ID"),
             reconcile_interval: duration(
                 "WEBHOOKS_RECONCILE_INTERVAL",
                 Duration::from_secs(5 * 60),

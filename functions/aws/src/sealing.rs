@@ -1,0 +1,197 @@
+//! Endpoint signing secrets at rest: envelope encryption under a KMS key.
+//!
+//! A table export, a backup, a stream consumer or anyone with `GetItem` sees
+//! `sealed:v1:{encrypted data key}:{nonce}:{ciphertext}` instead of a
+//! `whsec_...` secret. The data key is a KMS `GenerateDataKey` AES-256 key,
+//! reused for the secrets one process writes for [`DATA_KEY_LIFETIME`] (so
+//! reading many endpoints costs one KMS `Decrypt` per data key, not per
+//! endpoint); the plaintext data keys a process has seen are cached for its
+//! life (decrypt once per container). AES-256-GCM with a random 96-bit
+//! nonce; the endpoint's id is the associated data, so a sealed secret copied
+//! onto another endpoint does not open. KMS requests carry an encryption
+//! context (`purpose`), so the key policy can limit what the data keys are for.
+//!
+//! Items written before sealing existed hold plaintext secrets: they are read
+//! as they are and sealed on their next write.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use aws_sdk_kms::primitives::Blob;
+use aws_sdk_kms::types::DataKeySpec;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use hookline_pipeline::PipelineError;
+use rand::RngCore;
+
+use crate::error::store_error;
+
+/// How long one data key seals new secrets before a fresh one is asked for.
+pub const DATA_KEY_LIFETIME: Duration = Duration::from_secs(15 * 60);
+const PREFIX: &str = "sealed:v1:";
+const CONTEXT_KEY: &str = "purpose";
+const CONTEXT_VALUE: &str = "hookline-endpoint-secret";
+
+/// A data key: its plaintext (for AES) and its KMS-encrypted form (stored).
+#[derive(Clone)]
+struct DataKey {
+    plaintext: [u8; 32],
+    encrypted: Vec<u8>,
+}
+
+/// Seals and opens endpoint secrets. Cheap to share (`Arc`).
+pub struct SecretSealer {
+    kms: aws_sdk_kms::Client,
+    key_id: String,
+    /// The data key new secrets are sealed with, and when it was made.
+    current: Mutex<Option<(Instant, DataKey)>>,
+    /// Plaintext data keys by their encrypted form.
+    opened: Mutex<HashMap<Vec<u8>, [u8; 32]>>,
+}
+
+impl std::fmt::Debug for SecretSealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretSealer")
+            .field("key_id", &self.key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn corrupt(reason: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Corrupt(format!("sealed secret: {reason}"))
+}
+
+/// Whether `text` is a sealed secret (rather than a legacy plaintext one).
+pub fn is_sealed(text: &str) -> bool {
+    text.starts_with(PREFIX)
+}
+
+impl SecretSealer {
+    pub fn new(kms: aws_sdk_kms::Client, key_id: impl Into<String>) -> Self {
+        Self {
+            kms,
+            key_id: key_id.into(),
+            current: Mutex::new(None),
+            opened: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn data_key(&self) -> Result<DataKey, PipelineError> {
+        if let Some((made, key)) = lock(&self.current).as_ref() {
+            if made.elapsed() < DATA_KEY_LIFETIME {
+                return Ok(key.clone());
+            }
+        }
+        let out = self
+            .kms
+            .generate_data_key()
+            .key_id(&self.key_id)
+            .key_spec(DataKeySpec::Aes256)
+            .encryption_context(CONTEXT_KEY, CONTEXT_VALUE)
+            .send()
+            .await
+            .map_err(|e| store_error("KMS GenerateDataKey", e))?;
+        let plaintext: [u8; 32] = out
+            .plaintext()
+            .map(|b| b.as_ref())
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| corrupt("KMS returned no 256-bit data key"))?;
+        let encrypted = out
+            .ciphertext_blob()
+            .map(|b| b.as_ref().to_vec())
+            .ok_or_else(|| corrupt("KMS returned no encrypted data key"))?;
+        let key = DataKey {
+            plaintext,
+            encrypted,
+        };
+        lock(&self.opened).insert(key.encrypted.clone(), key.plaintext);
+        *lock(&self.current) = Some((Instant::now(), key.clone()));
+        Ok(key)
+    }
+
+    async fn open_data_key(&self, encrypted: &[u8]) -> Result<[u8; 32], PipelineError> {
+        if let Some(key) = lock(&self.opened).get(encrypted) {
+            return Ok(*key);
+        }
+        let out = self
+            .kms
+            .decrypt()
+            .ciphertext_blob(Blob::new(encrypted))
+            .key_id(&self.key_id)
+            .encryption_context(CONTEXT_KEY, CONTEXT_VALUE)
+            .send()
+            .await
+            .map_err(|e| store_error("KMS Decrypt", e))?;
+        let plaintext: [u8; 32] = out
+            .plaintext()
+            .map(|b| b.as_ref())
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| corrupt("KMS returned no 256-bit data key"))?;
+        lock(&self.opened).insert(encrypted.to_vec(), plaintext);
+        Ok(plaintext)
+    }
+
+    /// Seals `secret` for the endpoint `owner` (its id, bound as associated data).
+    pub async fn seal(&self, secret: &str, owner: &str) -> Result<String, PipelineError> {
+        let key = self.data_key().await?;
+        let mut nonce = [0u8; 12];
+        rand::thread_rng().fill_bytes(&mut nonce);
+        let cipher = Aes256Gcm::new(&key.plaintext.into());
+        let sealed = cipher
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: secret.as_bytes(),
+                    aad: owner.as_bytes(),
+                },
+            )
+            .map_err(|_| corrupt("encryption failed"))?;
+        Ok(format!(
+            "{PREFIX}{}:{}:{}",
+            STANDARD.encode(&key.encrypted),
+            STANDARD.encode(nonce),
+            STANDARD.encode(sealed)
+        ))
+    }
+
+    /// Opens a sealed secret of the endpoint `owner`; a legacy plaintext
+    /// secret is returned unchanged.
+    pub async fn open(&self, stored: &str, owner: &str) -> Result<String, PipelineError> {
+        let Some(rest) = stored.strip_prefix(PREFIX) else {
+            return Ok(stored.to_owned());
+        };
+        let parts: Vec<&str> = rest.split(':').collect();
+        let [edk, nonce, sealed] = parts.as_slice() else {
+            return Err(corrupt("expected 3 parts"));
+        };
+        let decode = |part: &str| STANDARD.decode(part).map_err(|_| corrupt("not base64"));
+        let (edk, nonce, sealed) = (decode(edk)?, decode(nonce)?, decode(sealed)?);
+        if nonce.len() != 12 {
+            return Err(corrupt("nonce is not 96 bits"));
+        }
+        let key = self.open_data_key(&edk).await?;
+        let plain = Aes256Gcm::new(&key.into())
+            .decrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: &sealed,
+                    aad: owner.as_bytes(),
+                },
+            )
+            .map_err(|_| corrupt("does not open (tampered, or another endpoint's)"))?;
+        String::from_utf8(plain).map_err(|_| corrupt("not UTF-8"))
+    }
+
+    /// KMS requests made so far would be counted by the SDK; this tells how
+    /// many data keys this process holds open (tests, diagnostics).
+    pub fn open_data_keys(&self) -> usize {
+        lock(&self.opened).len()
+    }
+}
