@@ -76,7 +76,8 @@ async fn payload_reaches_the_receiver_byte_for_byte() {
 
 /// Seconds until `at` has passed by `after` (for overdue checks).
 async fn sleep_until_overdue(at: chrono::DateTime<chrono::Utc>, after: Duration) {
-    let wait = (at + chrono::Duration::from_std(after).unwrap() - chrono::Utc::now())
+    let after = chrono::Duration::from_std(after).expect("a short duration");
+    let wait = (at + after - chrono::Utc::now())
         .to_std()
         .unwrap_or_default();
     tokio::time::sleep(wait + Duration::from_millis(300)).await;
@@ -264,7 +265,7 @@ async fn raw_item(
         .consistent_read(true)
         .send()
         .await
-        .unwrap()
+        .expect("GetItem on moto")
         .item
 }
 

@@ -16,7 +16,7 @@ use crate::PipelineError;
 #[derive(Debug, Clone, PartialEq)]
 pub enum RetryOutcome {
     /// Back to pending; the stored state.
-    Retried(Delivery),
+    Retried(Box<Delivery>),
     /// Not failed (pending or delivered): nothing to retry.
     NotFailed(DeliveryStatus),
     /// It changed between read and write (another retry won); nothing written.
@@ -44,7 +44,7 @@ pub async fn retry_failed<S: Store>(
             manual_retries = delivery.manual_retries,
             "manual retry"
         );
-        Ok(RetryOutcome::Retried(delivery))
+        Ok(RetryOutcome::Retried(Box::new(delivery)))
     } else {
         Ok(RetryOutcome::Changed)
     }
