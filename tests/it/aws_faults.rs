@@ -27,6 +27,10 @@ struct Faults {
     throttled: AtomicU64,
     errors_500: AtomicU64,
     dropped: AtomicU64,
+    /// The next this-many TransactWriteItems are cancelled with
+    /// `TransactionConflict` (what DynamoDB answers when another transaction
+    /// holds an item; moto never does).
+    conflicts: AtomicU64,
 }
 
 struct Proxy {
@@ -46,6 +50,22 @@ async fn forward(
     body: Bytes,
 ) -> Response {
     let f = &proxy.faults;
+    let transact = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.ends_with(".TransactWriteItems"));
+    if transact
+        && f.conflicts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            [("content-type", "application/x-amz-json-1.0")],
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","Message":"Transaction cancelled, please refer cancellation reasons for specific reasons [None, None, TransactionConflict]","CancellationReasons":[{"Code":"None"},{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}]}"#,
+        )
+            .into_response();
+    }
     let roll = if f.enabled.load(Ordering::SeqCst) {
         f.requests.fetch_add(1, Ordering::SeqCst);
         rand::thread_rng().gen_range(0..100u32)
@@ -215,4 +235,81 @@ async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
     assert!(done, "every event delivered: {figures}");
     assert!(f.throttled.load(Ordering::SeqCst) > 0 && f.dropped.load(Ordering::SeqCst) > 0);
     record_figures("aws-faults", &figures);
+}
+
+/// DynamoDB's `TransactionConflict` (a concurrent transaction on the same
+/// idempotency key) on the wire, through the real SDK parsing: the ingest
+/// retries or replays, never answers 5xx, and writes the event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_conflict_is_retried_never_a_5xx() {
+    let moto = Moto::start();
+    let (proxy_url, proxy) = start_proxy(&moto.url).await;
+    let env: HashMap<String, String> = [("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let stack = LocalStack::start(LocalConfig {
+        endpoint_url: proxy_url,
+        template: workspace_root().join("template.yaml"),
+        prefix: "hookline-".into(),
+        env,
+        admin_key: "conflict-admin".into(),
+        checkpoint_file: None,
+        counters: None,
+    })
+    .await
+    .expect("stack");
+    let receiver = Receiver::healthy().await;
+    let (status, _, _) = stack
+        .call(
+            "POST",
+            "/v1/apps/c/endpoints",
+            Some(json!({"url": receiver.url})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201);
+    let event = json!({"event_type": "order.paid", "payload": {"n": 1}});
+    // Two conflicts, then the commit goes through.
+    proxy.faults.conflicts.store(2, Ordering::SeqCst);
+    let (status, _, first) = stack
+        .call(
+            "POST",
+            "/v1/apps/c/events",
+            Some(event.clone()),
+            &[("idempotency-key", "k-1")],
+        )
+        .await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(proxy.faults.conflicts.load(Ordering::SeqCst), 0);
+    // The same key again: the stored answer, no second event.
+    let (status, headers, again) = stack
+        .call(
+            "POST",
+            "/v1/apps/c/events",
+            Some(event.clone()),
+            &[("idempotency-key", "k-1")],
+        )
+        .await;
+    assert_eq!((status, &again), (202, &first));
+    assert_eq!(
+        headers.get("idempotent-replayed").map(String::as_str),
+        Some("true")
+    );
+    // Conflicting forever: a retryable 503, never a 500.
+    proxy.faults.conflicts.store(100, Ordering::SeqCst);
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            "/v1/apps/c/events",
+            Some(event),
+            &[("idempotency-key", "k-2")],
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    proxy.faults.conflicts.store(0, Ordering::SeqCst);
+    record_figures(
+        "idempotency",
+        "TransactionConflict on the wire (real SDK parsing): 2 conflicts then committed (202), replay of the same key (202, same body), endless conflicts -> 503 (retryable), never a 500",
+    );
 }
