@@ -145,17 +145,14 @@ async fn start_proxy(upstream: &str) -> (String, Arc<Proxy>) {
     (url, proxy)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
-    let moto = Moto::start();
+/// The local stack on `moto` with every SDK client going through the proxy.
+async fn proxied_stack(moto: &Moto, env: &[(&str, &str)]) -> (LocalStack, Arc<Proxy>) {
     let (proxy_url, proxy) = start_proxy(&moto.url).await;
-    let env: HashMap<String, String> = [
-        ("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true"),
-        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
+    let env: HashMap<String, String> = [("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]
+        .iter()
+        .chain(env)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     let stack = LocalStack::start(LocalConfig {
         endpoint_url: proxy_url,
         template: workspace_root().join("template.yaml"),
@@ -167,6 +164,13 @@ async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
     })
     .await
     .expect("stack");
+    (stack, proxy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
+    let moto = Moto::start();
+    let (stack, proxy) = proxied_stack(&moto, &[("WEBHOOKS_RETRY_SCHEDULE", "1s")]).await;
     let receiver = Receiver::healthy().await;
     let (status, _, ep) = stack
         .call(
@@ -243,22 +247,7 @@ async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_conflict_is_retried_never_a_5xx() {
     let moto = Moto::start();
-    let (proxy_url, proxy) = start_proxy(&moto.url).await;
-    let env: HashMap<String, String> = [("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let stack = LocalStack::start(LocalConfig {
-        endpoint_url: proxy_url,
-        template: workspace_root().join("template.yaml"),
-        prefix: "hookline-".into(),
-        env,
-        admin_key: "conflict-admin".into(),
-        checkpoint_file: None,
-        counters: None,
-    })
-    .await
-    .expect("stack");
+    let (stack, proxy) = proxied_stack(&moto, &[]).await;
     let receiver = Receiver::healthy().await;
     let (status, _, _) = stack
         .call(

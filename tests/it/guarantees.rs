@@ -54,9 +54,11 @@ async fn payload_reaches_the_receiver_byte_for_byte() {
     assert_eq!(status, 202, "{body}");
     let delivery_id = body["delivery_ids"][0].as_str().unwrap().to_owned();
     let delivered = stack
-        .pump_until(T, || async {
-            stack.delivery(&delivery_id).await.status == DeliveryStatus::Delivered
-        })
+        .pump_until_all(
+            std::slice::from_ref(&delivery_id),
+            DeliveryStatus::Delivered,
+            T,
+        )
         .await;
     assert!(delivered);
     let got = receiver.received();
@@ -134,9 +136,7 @@ async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
     assert_eq!(report.requeued, 1, "{report:?}");
     assert!(
         stack
-            .pump_until(T, || async {
-                stack.delivery(&id).await.status == DeliveryStatus::Delivered
-            })
+            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
             .await
     );
     let got = receiver.received();
@@ -212,14 +212,7 @@ async fn reconciler_recovers_dropped_stream_records_and_fanouts() {
     // queues only the fan-out's two.
     stack.next_stream_event().await.unwrap();
     let first_two = stack
-        .pump_until(T, || async {
-            for id in &inline {
-                if stack.delivery(id).await.status != DeliveryStatus::Delivered {
-                    return false;
-                }
-            }
-            true
-        })
+        .pump_until_all(&inline, DeliveryStatus::Delivered, T)
         .await;
     assert!(first_two);
     sleep_until_overdue(chrono::Utc::now(), RECONCILE_AFTER).await;
@@ -232,14 +225,7 @@ async fn reconciler_recovers_dropped_stream_records_and_fanouts() {
         .collect();
     assert_eq!(ids.len(), 4);
     let all_delivered = stack
-        .pump_until(T, || async {
-            for id in &ids {
-                if stack.delivery(id).await.status != DeliveryStatus::Delivered {
-                    return false;
-                }
-            }
-            true
-        })
+        .pump_until_all(&ids, DeliveryStatus::Delivered, T)
         .await;
     assert!(all_delivered);
     for r in &receivers {
@@ -293,17 +279,13 @@ async fn an_expired_idempotency_key_can_be_reused_at_once() {
     // The record expires (TTL attribute in the past; the item lingers).
     let past = chrono::Utc::now().timestamp() - 10;
     stack
-        .clients
-        .dynamodb
-        .update_item()
-        .table_name(&stack.settings.table)
-        .key("PK", AttributeValue::S("IDEM#shop#order-7".into()))
-        .key("SK", AttributeValue::S("IDEM".into()))
-        .update_expression("SET expires_at = :past")
-        .expression_attribute_values(":past", AttributeValue::N(past.to_string()))
-        .send()
-        .await
-        .unwrap();
+        .set_attribute(
+            "IDEM#shop#order-7",
+            "IDEM",
+            "expires_at",
+            AttributeValue::N(past.to_string()),
+        )
+        .await;
     assert!(raw_item(&stack, "IDEM#shop#order-7", "IDEM")
         .await
         .is_some());
@@ -353,9 +335,7 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     // One attempt only: it fails.
     assert!(
         stack
-            .pump_until(T, || async {
-                stack.delivery(&id).await.status == DeliveryStatus::Failed
-            })
+            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Failed, T)
             .await
     );
     let item = raw_item(&stack, &pk, "DLV").await.unwrap();
@@ -370,17 +350,13 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     use aws_sdk_dynamodb::types::AttributeValue;
     let soon = chrono::Utc::now().timestamp() + 60;
     stack
-        .clients
-        .dynamodb
-        .update_item()
-        .table_name(&stack.settings.table)
-        .key("PK", AttributeValue::S(format!("EVT#{event_id}")))
-        .key("SK", AttributeValue::S("EVT".into()))
-        .update_expression("SET expires_at = :soon")
-        .expression_attribute_values(":soon", AttributeValue::N(soon.to_string()))
-        .send()
-        .await
-        .unwrap();
+        .set_attribute(
+            &format!("EVT#{event_id}"),
+            "EVT",
+            "expires_at",
+            AttributeValue::N(soon.to_string()),
+        )
+        .await;
     let (status, _, _) = stack
         .call(
             "POST",
@@ -402,9 +378,7 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     assert!(!item.contains_key("expires_at"), "pending again: no TTL");
     assert!(
         stack
-            .pump_until(T, || async {
-                stack.delivery(&id).await.status == DeliveryStatus::Delivered
-            })
+            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
             .await
     );
 }
@@ -547,9 +521,7 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
     assert_eq!(stale_read.endpoint_id.as_str(), ep2);
     assert!(
         stack
-            .pump_until(T, || async {
-                stack.delivery(&id).await.status == DeliveryStatus::Failed
-            })
+            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Failed, T)
             .await
     );
     let (status, _, _) = stack
@@ -648,9 +620,7 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
     assert!(
         stack
-            .pump_until(T, || async {
-                stack.delivery(&id).await.status == DeliveryStatus::Delivered
-            })
+            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
             .await
     );
     assert!(receiver.received()[0].standard_ok);
@@ -676,17 +646,13 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     // A sealed secret moved onto another endpoint does not open.
     let (other, _) = stack.create_endpoint("shop", &receiver.url, &[]).await;
     stack
-        .clients
-        .dynamodb
-        .update_item()
-        .table_name(&stack.settings.table)
-        .key("PK", AttributeValue::S("APP#shop".into()))
-        .key("SK", AttributeValue::S(format!("EP#{other}")))
-        .update_expression("SET secret = :s")
-        .expression_attribute_values(":s", AttributeValue::S(stored.clone()))
-        .send()
-        .await
-        .unwrap();
+        .set_attribute(
+            "APP#shop",
+            &format!("EP#{other}"),
+            "secret",
+            AttributeValue::S(stored.clone()),
+        )
+        .await;
     let moved = fresh
         .get_endpoint(&app, &EndpointId::parse(&other).unwrap())
         .await;

@@ -113,6 +113,50 @@ impl Stack {
         (status, body)
     }
 
+    /// Pumps the event sources until every delivery in `ids` has `status`
+    /// (or `timeout` passes); whether they all did.
+    pub async fn pump_until_all(
+        &self,
+        ids: &[String],
+        status: hookline_core::model::DeliveryStatus,
+        timeout: std::time::Duration,
+    ) -> bool {
+        self.local
+            .pump_until(timeout, || async {
+                for id in ids {
+                    if self.delivery(id).await.status != status {
+                        return false;
+                    }
+                }
+                true
+            })
+            .await
+    }
+
+    /// Sets an attribute of a raw item (tests that move clocks or tamper).
+    pub async fn set_attribute(
+        &self,
+        pk: &str,
+        sk: &str,
+        attribute: &str,
+        value: aws_sdk_dynamodb::types::AttributeValue,
+    ) {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        self.local
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.local.settings.table)
+            .key("PK", AttributeValue::S(pk.into()))
+            .key("SK", AttributeValue::S(sk.into()))
+            .update_expression("SET #a = :v")
+            .expression_attribute_names("#a", attribute)
+            .expression_attribute_values(":v", value)
+            .send()
+            .await
+            .expect("UpdateItem on moto");
+    }
+
     /// The delivery (panics if missing).
     pub async fn delivery(&self, id: &str) -> Delivery {
         self.local

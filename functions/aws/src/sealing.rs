@@ -68,6 +68,12 @@ fn corrupt(reason: impl std::fmt::Display) -> PipelineError {
     PipelineError::Corrupt(format!("sealed secret: {reason}"))
 }
 
+/// A 256-bit data key from a KMS answer.
+fn key_bytes(blob: Option<&Blob>) -> Result<[u8; 32], PipelineError> {
+    blob.and_then(|b| b.as_ref().try_into().ok())
+        .ok_or_else(|| corrupt("KMS returned no 256-bit data key"))
+}
+
 /// Whether `text` is a sealed secret (rather than a legacy plaintext one).
 pub fn is_sealed(text: &str) -> bool {
     text.starts_with(PREFIX)
@@ -98,11 +104,7 @@ impl SecretSealer {
             .send()
             .await
             .map_err(|e| store_error("KMS GenerateDataKey", e))?;
-        let plaintext: [u8; 32] = out
-            .plaintext()
-            .map(|b| b.as_ref())
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| corrupt("KMS returned no 256-bit data key"))?;
+        let plaintext = key_bytes(out.plaintext())?;
         let encrypted = out
             .ciphertext_blob()
             .map(|b| b.as_ref().to_vec())
@@ -129,11 +131,7 @@ impl SecretSealer {
             .send()
             .await
             .map_err(|e| store_error("KMS Decrypt", e))?;
-        let plaintext: [u8; 32] = out
-            .plaintext()
-            .map(|b| b.as_ref())
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| corrupt("KMS returned no 256-bit data key"))?;
+        let plaintext = key_bytes(out.plaintext())?;
         lock(&self.opened).insert(encrypted.to_vec(), plaintext);
         Ok(plaintext)
     }
