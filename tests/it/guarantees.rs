@@ -643,6 +643,35 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     assert_eq!(read.previous_secrets[0].secret.expose(), secret);
     assert_eq!(sealer.open_data_keys(), 1, "one data key for both secrets");
 
+    // Endpoints sealed by two containers (two data keys): a third container
+    // lists them, opening both data keys in one concurrent round.
+    let other_container = DynamoStore::new(
+        stack.clients.dynamodb.clone(),
+        stack.settings.table.clone(),
+        stack.settings.retention,
+    )
+    .sealed_with(std::sync::Arc::new(SecretSealer::new(
+        stack.clients.kms.clone(),
+        stack.settings.kms_key_id.clone().unwrap(),
+    )));
+    let mut second = read.clone();
+    second.id = EndpointId::generate();
+    other_container.put_endpoint(&second).await.unwrap();
+    let third = std::sync::Arc::new(SecretSealer::new(
+        stack.clients.kms.clone(),
+        stack.settings.kms_key_id.clone().unwrap(),
+    ));
+    let lister = DynamoStore::new(
+        stack.clients.dynamodb.clone(),
+        stack.settings.table.clone(),
+        stack.settings.retention,
+    )
+    .sealed_with(third.clone());
+    let listed = lister.list_endpoints(&app).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|e| e.secret.expose() == new_secret));
+    assert_eq!(third.open_data_keys(), 2);
+
     // A sealed secret moved onto another endpoint does not open.
     let (other, _) = stack.create_endpoint("shop", &receiver.url, &[]).await;
     stack

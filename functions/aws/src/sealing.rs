@@ -136,6 +136,30 @@ impl SecretSealer {
         Ok(plaintext)
     }
 
+    /// Opens, concurrently, the data keys of these stored secrets that this
+    /// process has not opened yet: reading many endpoints sealed by many
+    /// containers costs one round trip to KMS, not one per data key.
+    pub async fn prefetch<'a>(
+        &self,
+        stored: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), PipelineError> {
+        let mut wanted: Vec<Vec<u8>> = Vec::new();
+        for text in stored {
+            let Some(edk) = text
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.split(':').next())
+                .and_then(|b64| STANDARD.decode(b64).ok())
+            else {
+                continue;
+            };
+            if !wanted.contains(&edk) && !lock(&self.opened).contains_key(&edk) {
+                wanted.push(edk);
+            }
+        }
+        futures::future::try_join_all(wanted.iter().map(|edk| self.open_data_key(edk))).await?;
+        Ok(())
+    }
+
     /// Seals `secret` for the endpoint `owner` (its id, bound as associated data).
     pub async fn seal(&self, secret: &str, owner: &str) -> Result<String, PipelineError> {
         let key = self.data_key().await?;

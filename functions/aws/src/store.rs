@@ -347,7 +347,13 @@ impl Store for DynamoStore {
                 .send()
                 .await
                 .map_err(|e| store_error("Query", e))?;
-            for item in page.items.unwrap_or_default() {
+            let items = page.items.unwrap_or_default();
+            if let Some(sealer) = &self.sealer {
+                sealer
+                    .prefetch(items.iter().flat_map(stored_secrets))
+                    .await?;
+            }
+            for item in items {
                 out.push(self.endpoint_from_sdk(item).await?);
             }
             match page.last_evaluated_key {
@@ -784,6 +790,26 @@ impl Store for DynamoStore {
         )
         .await
     }
+}
+
+/// Every stored secret of an endpoint item (current and previous).
+fn stored_secrets(item: &HashMap<String, AttributeValue>) -> Vec<&str> {
+    let mut out: Vec<&str> = item
+        .get("secret")
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+        .into_iter()
+        .collect();
+    if let Some(AttributeValue::L(previous)) = item.get("previous_secrets") {
+        out.extend(previous.iter().filter_map(|p| {
+            p.as_m()
+                .ok()
+                .and_then(|m| m.get("secret"))
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+        }));
+    }
+    out
 }
 
 /// Rewrites every secret of an endpoint item (`secret`, and `secret` of each
