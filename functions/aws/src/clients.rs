@@ -145,20 +145,6 @@ pub async fn store_and_queue(
     (store, queue)
 }
 
-/// Settings, store and queue from the environment, all at once.
-pub async fn deps_from_env() -> Result<
-    (
-        hookline_pipeline::Settings,
-        crate::DynamoStore,
-        crate::SqsQueue,
-    ),
-    hookline_pipeline::PipelineError,
-> {
-    let settings = hookline_pipeline::Settings::from_env()?;
-    let (store, queue) = store_and_queue(&settings).await;
-    Ok((settings, store, queue))
-}
-
 /// SDK configuration for a local endpoint (moto): fixed dummy credentials,
 /// `us-east-1`, the same retry and timeout settings as deployed.
 pub async fn local_sdk_config(endpoint_url: &str) -> SdkConfig {

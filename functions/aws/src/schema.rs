@@ -46,7 +46,6 @@ pub const GSI_BY_STATUS: &str = "GSI2";
 pub const GSI_OVERDUE: &str = "GSI3";
 /// Shards of the overdue index's partition key (spreads pending writes).
 pub const DUE_SHARDS: u32 = 8;
-pub const TTL_ATTRIBUTE: &str = "expires_at";
 /// Shards of each GSI partition key.
 pub const SHARDS: u32 = 4;
 /// Idempotency keys are remembered this long.

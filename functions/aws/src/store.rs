@@ -182,52 +182,6 @@ impl DynamoStore {
         Ok(out.item.map(Item::from))
     }
 
-    /// Lists an app's deliveries by status (GSI2), newest first, `limit` at
-    /// most, older than `before` when given. Reads every shard and merges.
-    pub async fn deliveries_by_status(
-        &self,
-        app: &AppId,
-        status: DeliveryStatus,
-        before: Option<&DeliveryId>,
-        limit: i32,
-    ) -> Result<Vec<Delivery>> {
-        let keys: Vec<String> = (0..SHARDS)
-            .map(|shard| by_status_pk(app, status, shard))
-            .collect();
-        self.query_sharded(
-            GSI_BY_STATUS,
-            "GSI2PK",
-            "GSI2SK",
-            &keys,
-            None,
-            before,
-            limit,
-        )
-        .await
-    }
-
-    /// Lists an endpoint's deliveries (GSI1), newest first.
-    pub async fn deliveries_by_endpoint(
-        &self,
-        endpoint: &EndpointId,
-        before: Option<&DeliveryId>,
-        limit: i32,
-    ) -> Result<Vec<Delivery>> {
-        let keys: Vec<String> = (0..SHARDS)
-            .map(|shard| by_endpoint_pk(endpoint, shard))
-            .collect();
-        self.query_sharded(
-            GSI_BY_ENDPOINT,
-            "GSI1PK",
-            "GSI1SK",
-            &keys,
-            None,
-            before,
-            limit,
-        )
-        .await
-    }
-
     /// Queries every shard key of a GSI, newest first, for sort keys (delivery
     /// ids) in `[lowest, below)`, and merges the results by id.
     #[allow(clippy::too_many_arguments)]

@@ -23,10 +23,3 @@ pub enum CoreError {
         action: &'static str,
     },
 }
-
-impl CoreError {
-    /// Whether retrying the same call could succeed. Always false for the core.
-    pub fn is_retryable(&self) -> bool {
-        false
-    }
-}

@@ -72,12 +72,6 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
     }
 
-    /// Replaces the clock (tests).
-    pub fn with_clock(mut self, clock: fn() -> DateTime<Utc>) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// Handles a batch concurrently; returns the indices of messages to report
     /// as batch item failures (SQS makes them visible again, and after
     /// `maxReceiveCount` moves them to the DLQ).
