@@ -275,5 +275,9 @@ mod tests {
         assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 1);
         let stored = &deliverer.store.deliveries()[0];
         assert!(!stored.requeued, "the attempt clears the re-queue mark");
+        hookline_pipeline::fakes::record_figure(
+            "races",
+            "a message older than a re-queue (fakes): acked as stale with 0 POSTs; the re-queued message POSTs once",
+        );
     }
 }

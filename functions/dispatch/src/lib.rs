@@ -202,6 +202,10 @@ mod tests {
             .map(|(m, _)| m.delivery_id.to_string())
             .collect();
         assert_eq!(sent, [ids[0]], "nothing after the failure is queued");
+        hookline_pipeline::fakes::record_figure(
+            "races",
+            "dispatch batch with a poison record in the middle (fakes): the poison and every later record reported, 0 records after it queued (was: queued again on each of 50 retries)",
+        );
 
         // A refused message is reported from there on, too.
         let queue = MemoryQueue::default();

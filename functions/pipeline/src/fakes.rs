@@ -14,6 +14,24 @@ use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
 use crate::messages::DeliveryMessage;
 use crate::ports::*;
 
+/// Appends a line of measured figures to `target/test-figures/<name>.txt`
+/// (the suite's RELIABILITY.md is written from them by `tests/run`).
+pub fn record_figure(name: &str, line: &str) {
+    use std::io::Write;
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+        .join("test-figures");
+    let _ = std::fs::create_dir_all(&dir);
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.txt")))
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

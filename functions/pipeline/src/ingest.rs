@@ -304,6 +304,10 @@ mod tests {
         .unwrap();
         assert!(loser.replayed);
         assert_eq!(loser.body, winner.body);
+        crate::fakes::record_figure(
+            "races",
+            "concurrent duplicate meets TransactionConflict (fakes): the winner's answer replayed, 1 event written, 0 5xx",
+        );
     }
 
     #[tokio::test]

@@ -224,6 +224,10 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(third.requeued, 2);
+        crate::fakes::record_figure(
+            "races",
+            "reconciler vs a late original message (fakes): re-queue bumps the version, the original is stale; overdue only after WEBHOOKS_RECONCILE_AFTER; long backoffs untouched",
+        );
     }
 
     #[tokio::test]

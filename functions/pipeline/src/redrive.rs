@@ -304,6 +304,10 @@ mod tests {
         assert!(queue.dlq_bodies().is_empty());
         assert_eq!(store.deliveries()[0].status, DeliveryStatus::Pending);
         assert_eq!(store.retained_from(&d.event_id), Some(now), "event kept");
+        crate::fakes::record_figure(
+            "races",
+            "redrive reads a failure copy before deliver records `failed` (fakes): copy kept (in_flight 1), then redriven once failed: 0 failed deliveries without a DLQ copy",
+        );
     }
 
     /// A message SQS moved to the DLQ after maxReceiveCount (no failure
@@ -340,6 +344,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((report.received, report.redriven), (1, 1), "{report:?}");
+        crate::fakes::record_figure(
+            "races",
+            "redrive after 3 empty short-poll samples (fakes): long polling received 1/1 and redrove it",
+        );
     }
 
     /// No time left: nothing is received, and the report says so.
