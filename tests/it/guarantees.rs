@@ -706,3 +706,82 @@ async fn endpoint_secrets_are_sealed_at_rest() {
         "endpoint secrets at rest: sealed under the KMS key (AES-256-GCM data keys, endpoint id as associated data); 0 of 2 secrets readable in a table scan or the stream; a sealed secret moved to another endpoint does not open",
     );
 }
+
+/// A poison record on the table's stream: the local poller, like Lambda,
+/// gives up after `MaximumRetryAttempts` (50) on the retried batch, which
+/// also holds a good delivery's record, and sends metadata only to the
+/// on-failure queue. Before the reconciler that delivery was lost; the
+/// local poller retried forever, hiding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_in_a_stream_batch_dropped_for_a_poison_record_still_arrives() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let stack = Stack::start(&[("WEBHOOKS_RECONCILE_AFTER", "4s")]).await;
+    let receiver = Receiver::healthy().await;
+    let (_, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
+    receiver.set_secret(&secret);
+    stack.pump().await;
+    // A pending "delivery" that can never be decoded, written first ...
+    stack
+        .clients
+        .dynamodb
+        .put_item()
+        .table_name(&stack.settings.table)
+        .item("PK", AttributeValue::S("DLV#poison".into()))
+        .item("SK", AttributeValue::S("DLV".into()))
+        .item("kind", AttributeValue::S("delivery".into()))
+        .item("status", AttributeValue::S("pending".into()))
+        .item("attempt_count", AttributeValue::S("many".into()))
+        .send()
+        .await
+        .expect("put the poison item");
+    // ... then a good event: its delivery's record follows the poison.
+    let (status, body) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), None)
+        .await;
+    assert_eq!(status, 202);
+    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let mut dropped = 0;
+    for _ in 0..60 {
+        let (stream, _) = stack.pump().await;
+        dropped += stream.dropped;
+        if dropped > 0 {
+            break;
+        }
+    }
+    assert!(
+        dropped >= 2,
+        "the poison and the good record are given up on: {dropped}"
+    );
+    let failure_queue = stack
+        .stream_failure_queue
+        .clone()
+        .expect("on-failure queue");
+    let attrs = stack
+        .clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&failure_queue)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .expect("failure queue attributes");
+    let depth = attrs
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages))
+        .cloned();
+    assert_eq!(depth.as_deref(), Some("1"), "metadata of the dropped batch");
+    assert_eq!(stack.delivery(&id).await.status, DeliveryStatus::Pending);
+    assert!(receiver.received().is_empty(), "dropped with the poison");
+    sleep_until_overdue(chrono::Utc::now(), RECONCILE_AFTER).await;
+    let report = stack.reconcile().await.unwrap();
+    assert_eq!(report.requeued, 1, "{report:?}");
+    assert!(
+        stack
+            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
+            .await
+    );
+    record_figures(
+        "reconciler",
+        &format!("poison stream record: the batch with it ({dropped} records, a good delivery among them) given up on after 50 retries, metadata in the on-failure queue; the good delivery delivered by the reconciler, 0 lost"),
+    );
+}

@@ -60,6 +60,11 @@ pub struct EventSource {
     /// Filter patterns (OR); empty = everything.
     pub filters: Vec<Value>,
     pub report_batch_item_failures: bool,
+    /// Stream sources: `MaximumRetryAttempts` (None: retry until the record
+    /// expires, Lambda's -1).
+    pub max_retry_attempts: Option<u32>,
+    /// Stream sources: the logical id of the `OnFailure` destination queue.
+    pub on_failure: Option<String>,
 }
 
 /// The parts of `template.yaml` the local stack uses.
@@ -197,12 +202,23 @@ impl Template {
                         s.iter()
                             .any(|t| t.as_str() == Some("ReportBatchItemFailures"))
                     });
+                let max_retry_attempts = props
+                    .get("MaximumRetryAttempts")
+                    .and_then(text)
+                    .and_then(|s| s.parse::<u32>().ok());
+                let on_failure = props
+                    .get("DestinationConfig")
+                    .and_then(|d| d.get("OnFailure"))
+                    .and_then(|o| o.get("Destination"))
+                    .and_then(referenced_resource);
                 out.push(EventSource {
                     function: name.clone(),
                     resource,
                     batch_size,
                     filters,
                     report_batch_item_failures,
+                    max_retry_attempts,
+                    on_failure,
                 });
             }
         }
@@ -519,6 +535,13 @@ pub struct StreamSource {
     /// Last handled sequence number per shard.
     checkpoints: HashMap<String, String>,
     serial: Option<Arc<Mutex<()>>>,
+    /// `MaximumRetryAttempts` of the mapping (None: forever).
+    max_retries: Option<u32>,
+    /// Failed invocations so far per first-failed sequence number.
+    retries: HashMap<String, u32>,
+    /// Metadata of batches given up on, for the on-failure destination
+    /// (Lambda sends metadata only, never the records).
+    dropped: Vec<Value>,
 }
 
 /// What one poll did.
@@ -527,6 +550,8 @@ pub struct PollStats {
     pub records: usize,
     pub delivered: usize,
     pub failed: usize,
+    /// Records given up on after `MaximumRetryAttempts` (stream sources).
+    pub dropped: usize,
 }
 
 impl StreamSource {
@@ -543,7 +568,16 @@ impl StreamSource {
             filters: source.filters.clone(),
             checkpoints: HashMap::new(),
             serial,
+            max_retries: source.max_retry_attempts,
+            retries: HashMap::new(),
+            dropped: Vec::new(),
         }
+    }
+
+    /// Metadata of the batches given up on since the last call (what
+    /// Lambda sends to the mapping's on-failure destination).
+    pub fn take_dropped(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// The checkpoints as JSON (`{shard id: sequence number}`), to persist.
@@ -617,8 +651,41 @@ impl StreamSource {
                     .collect();
                 if let Some(first) = chunk.iter().position(|(seq, _)| failed.contains(seq)) {
                     stats.delivered += first;
+                    let seq = chunk[first].0.clone();
+                    let invocations = {
+                        let n = self.retries.entry(seq.clone()).or_insert(0);
+                        *n += 1;
+                        *n
+                    };
+                    if self.max_retries.is_some_and(|max| invocations > max) {
+                        // Lambda gives up on the retried batch (the failed
+                        // record and the rest of its batch), sends metadata
+                        // only to the on-failure destination, and the shard
+                        // moves on. Deliveries in it are left to the
+                        // reconciler.
+                        self.retries.remove(&seq);
+                        let skipped = &chunk[first..];
+                        stats.dropped += skipped.len();
+                        self.dropped.push(json!({
+                            "requestContext": {
+                                "condition": "RetryAttemptsExhausted",
+                                "approximateInvokeCount": invocations,
+                            },
+                            "version": "1.0",
+                            "timestamp": chrono::Utc::now().to_rfc3339(),
+                            "DDBStreamBatchInfo": {
+                                "shardId": shard,
+                                "startSequenceNumber": seq,
+                                "endSequenceNumber": skipped.last().map(|(s, _)| s.clone()),
+                                "batchSize": skipped.len(),
+                                "streamArn": self.stream_arn,
+                            },
+                        }));
+                        checkpoint = chunk.last().map(|(s, _)| s.clone());
+                        continue;
+                    }
                     stats.failed += chunk.len() - first;
-                    failed_at = Some(chunk[first].0.clone());
+                    failed_at = Some(seq);
                     if first > 0 {
                         checkpoint = Some(chunk[first - 1].0.clone());
                     }
@@ -839,6 +906,7 @@ impl QueueSource {
             records: messages.len(),
             delivered: done.len(),
             failed: messages.len() - done.len(),
+            dropped: 0,
         })
     }
 }
@@ -858,6 +926,9 @@ mod tests {
         assert_eq!(dispatch.batch_size, 100);
         assert_eq!(dispatch.filters.len(), 2);
         assert!(dispatch.report_batch_item_failures);
+        assert_eq!(dispatch.max_retry_attempts, Some(50));
+        assert_eq!(dispatch.on_failure.as_deref(), Some("DispatchFailureQueue"));
+        assert_eq!(t.kms_keys(), ["SecretsKey"]);
         let deliver = t.event_source("DeliverFunction").unwrap();
         assert_eq!(deliver.resource, "DeliveryQueue");
         assert_eq!(deliver.batch_size, 10);

@@ -53,6 +53,8 @@ pub struct LocalStack {
     pub deliverer: Deliverer<DynamoStore, SqsQueue, HttpSender>,
     pub admin_key: String,
     stream: Mutex<StreamSource>,
+    /// The dispatch mapping's on-failure destination (metadata of dropped batches).
+    pub stream_failure_queue: Option<String>,
     queue_source: QueueSource,
     checkpoint_file: Option<PathBuf>,
 }
@@ -141,6 +143,10 @@ impl LocalStack {
         let deliver_source = template
             .event_source("DeliverFunction")
             .ok_or_else(|| LocalError::Template("DeliverFunction has no queue event".into()))?;
+        let stream_failure_queue = dispatch_source
+            .on_failure
+            .as_ref()
+            .and_then(|logical| resources.queue_urls.get(logical).cloned());
         let mut stream = StreamSource::new(
             source_clients.streams.clone(),
             pick(&resources.stream_arns, "Table")?,
@@ -177,6 +183,7 @@ impl LocalStack {
             deliverer,
             admin_key: config.admin_key,
             stream: Mutex::new(stream),
+            stream_failure_queue,
             queue_source,
             checkpoint_file: config.checkpoint_file,
         })
@@ -261,6 +268,19 @@ impl LocalStack {
                 .await?;
             if let Some(path) = &self.checkpoint_file {
                 let _ = std::fs::write(path, source.checkpoints_json());
+            }
+            for metadata in source.take_dropped() {
+                tracing::warn!(%metadata, "stream batch given up on after MaximumRetryAttempts");
+                if let Some(url) = &self.stream_failure_queue {
+                    self.clients
+                        .sqs
+                        .send_message()
+                        .queue_url(url)
+                        .message_body(metadata.to_string())
+                        .send()
+                        .await
+                        .map_err(|e| LocalError::Aws(format!("on-failure destination: {e}")))?;
+                }
             }
             stats
         };

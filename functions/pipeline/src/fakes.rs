@@ -45,6 +45,8 @@ struct StoreState {
     /// The next this-many commits answer `Contended` (DynamoDB's
     /// TransactionConflict, which moto never produces).
     contended_commits: u32,
+    /// The next this-many delivery reads fail (a throttled or broken store).
+    failing_delivery_reads: u32,
     deliveries: HashMap<DeliveryId, Delivery>,
     idempotency: HashMap<(AppId, String), IdempotencyRecord>,
     api_keys: HashMap<ApiKeyId, ApiKey>,
@@ -67,6 +69,11 @@ impl MemoryStore {
 
     pub fn deliveries(&self) -> Vec<Delivery> {
         lock(&self.state).deliveries.values().cloned().collect()
+    }
+
+    /// The next `n` delivery reads fail with a retryable store error.
+    pub fn fail_next_delivery_reads(&self, n: u32) {
+        lock(&self.state).failing_delivery_reads = n;
     }
 
     /// The next `n` commits meet a TransactionConflict.
@@ -235,7 +242,15 @@ impl Store for MemoryStore {
         Ok(found)
     }
     async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
-        Ok(lock(&self.state).deliveries.get(id).cloned())
+        let mut s = lock(&self.state);
+        if s.failing_delivery_reads > 0 {
+            s.failing_delivery_reads -= 1;
+            return Err(crate::PipelineError::Store {
+                message: "injected read failure".into(),
+                retryable: true,
+            });
+        }
+        Ok(s.deliveries.get(id).cloned())
     }
     async fn update_delivery(&self, delivery: &Delivery, expected_version: u64) -> Result<bool> {
         let mut s = lock(&self.state);

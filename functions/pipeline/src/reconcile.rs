@@ -38,6 +38,8 @@ pub struct ReconcileReport {
     pub fanouts: u32,
     /// Entries that were no longer overdue when read (picked up meanwhile).
     pub skipped: u32,
+    /// Entries that failed (logged; the run fails after trying all others).
+    pub errors: u32,
     /// False when [`MAX_PER_RUN`] stopped the run (the next one continues).
     pub complete: bool,
 }
@@ -58,24 +60,37 @@ pub async fn reconcile<S: Store, Q: Queue>(
         complete: entries.len() < MAX_PER_RUN,
         ..ReconcileReport::default()
     };
+    // One bad entry (a corrupt item, a throttled call) must not stop the
+    // others: each is tried; the run fails at the end if any did (the
+    // invocation error raises the alarm; the next run tries again).
+    let mut first_error: Option<PipelineError> = None;
     for entry in entries {
-        match entry {
-            Overdue::Delivery(id) => {
-                let Some(delivery) = store.get_delivery(&id).await? else {
+        let outcome = match &entry {
+            Overdue::Delivery(id) => match store.get_delivery(id).await {
+                Ok(Some(delivery)) => requeue_if_overdue(store, queue, delivery, cutoff, now)
+                    .await
+                    .map(|requeued| {
+                        if requeued {
+                            report.requeued += 1;
+                        } else {
+                            report.skipped += 1;
+                        }
+                    }),
+                Ok(None) => {
                     report.skipped += 1;
-                    continue;
-                };
-                if requeue_if_overdue(store, queue, delivery, cutoff, now).await? {
-                    report.requeued += 1;
-                } else {
-                    report.skipped += 1;
+                    Ok(())
                 }
-            }
-            Overdue::Event(id) => {
-                let written = materialise_fanout(store, &id, now).await?;
+                Err(err) => Err(err),
+            },
+            Overdue::Event(id) => materialise_fanout(store, id, now).await.map(|written| {
                 tracing::warn!(event_id = %id, deliveries = written, "overdue fan-out materialised by the reconciler");
                 report.fanouts += 1;
-            }
+            }),
+        };
+        if let Err(err) = outcome {
+            tracing::error!(entry = ?entry, error = %err, "reconciling an overdue entry failed");
+            report.errors += 1;
+            first_error.get_or_insert(err);
         }
     }
     if report.requeued > 0 || report.fanouts > 0 {
@@ -83,7 +98,10 @@ pub async fn reconcile<S: Store, Q: Queue>(
     } else {
         tracing::info!(?report, "reconciler run");
     }
-    Ok(report)
+    match first_error {
+        Some(err) => Err(err),
+        None => Ok(report),
+    }
 }
 
 async fn requeue_if_overdue<S: Store, Q: Queue>(
@@ -228,6 +246,34 @@ mod tests {
             "races",
             "reconciler vs a late original message (fakes): re-queue bumps the version, the original is stale; overdue only after WEBHOOKS_RECONCILE_AFTER; long backoffs untouched",
         );
+    }
+
+    /// An overdue event whose item is gone (a bad entry) fails the run, but
+    /// only after every other entry was handled.
+    #[tokio::test]
+    async fn one_bad_entry_does_not_block_the_others() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let old = event(now - chrono::Duration::hours(1));
+        store.insert_delivery(Delivery::new(
+            DeliveryId::generate(),
+            &old,
+            EndpointId::generate(),
+            old.created_at,
+        ));
+        store.fail_next_delivery_reads(1);
+        let second = Delivery::new(
+            DeliveryId::generate(),
+            &old,
+            EndpointId::generate(),
+            old.created_at,
+        );
+        store.insert_delivery(second);
+        let err = reconcile(&store, &queue, &settings(), now)
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        assert_eq!(queue.sent().len(), 1, "the good entry was still re-queued");
     }
 
     #[tokio::test]
