@@ -89,13 +89,19 @@ async fn sleep_until_overdue(at: chrono::DateTime<chrono::Utc>, after: Duration)
     tokio::time::sleep(wait + Duration::from_millis(300)).await;
 }
 
-const RECONCILE_AFTER: Duration = Duration::from_secs(4);
+/// The shortest the settings accept with the tests' 2 s delivery timeout
+/// and a 7 s deliver function timeout (a batch of POSTs + 5 s).
+const RECONCILE_AFTER: Duration = Duration::from_secs(7);
+const RECONCILE_ENV: [(&str, &str); 2] = [
+    ("WEBHOOKS_RECONCILE_AFTER", "7s"),
+    ("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", "7s"),
+];
 
 /// The delivery queue is purged while a retry waits in it: without the
 /// reconciler the delivery stays `pending` forever; with it, it arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
-    let stack = Stack::start(&[("WEBHOOKS_RECONCILE_AFTER", "4s")]).await;
+    let stack = Stack::start(&RECONCILE_ENV).await;
     let receiver = Receiver::start(vec![Reply::Status(503)], Reply::Status(200)).await;
     let (_, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
     receiver.set_secret(&secret);
@@ -157,7 +163,7 @@ async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
 /// delivery and a large fan-out's remaining endpoints are still delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciler_recovers_dropped_stream_records_and_fanouts() {
-    let stack = Stack::start(&[("WEBHOOKS_RECONCILE_AFTER", "4s")]).await;
+    let stack = Stack::start(&RECONCILE_ENV).await;
     let receivers = [Receiver::healthy().await, Receiver::healthy().await];
     let mut endpoints = Vec::new();
     for r in &receivers {
@@ -715,7 +721,7 @@ async fn endpoint_secrets_are_sealed_at_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_in_a_stream_batch_dropped_for_a_poison_record_still_arrives() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    let stack = Stack::start(&[("WEBHOOKS_RECONCILE_AFTER", "4s")]).await;
+    let stack = Stack::start(&RECONCILE_ENV).await;
     let receiver = Receiver::healthy().await;
     let (_, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
     receiver.set_secret(&secret);

@@ -36,8 +36,9 @@ pub struct Settings {
     pub deliver_concurrency: usize,
     /// `WEBHOOKS_RECONCILE_AFTER` (default 15m): a pending delivery due
     /// longer ago than this, never picked up, lost its queue message; the
-    /// reconciler queues it again. At least twice the delivery timeout (an
-    /// attempt in progress is never taken for lost).
+    /// reconciler queues it again. At least the deliver function's timeout
+    /// and twice the delivery timeout (an attempt in progress is never taken
+    /// for lost).
     pub reconcile_after: Duration,
     /// `WEBHOOKS_RECONCILE_INTERVAL` (default 5m): how often the reconciler
     /// runs (the template's schedule; the local stack's timer).
@@ -167,10 +168,14 @@ impl Settings {
                 self.deliver_function_timeout.as_secs()
             )));
         }
-        if self.reconcile_after < self.delivery_timeout * 2 {
+        // A message being handled (up to one deliver invocation) is never
+        // taken for lost: a re-queue then would mean a second POST.
+        let in_flight = self.deliver_function_timeout.max(self.delivery_timeout * 2);
+        if self.reconcile_after < in_flight {
             return Err(PipelineError::Config(format!(
-                "WEBHOOKS_RECONCILE_AFTER must be at least twice WEBHOOKS_DELIVERY_TIMEOUT ({} s)",
-                self.delivery_timeout.as_secs()
+                "WEBHOOKS_RECONCILE_AFTER must be at least the deliver function's timeout and \
+                 twice the delivery timeout ({} s)",
+                in_flight.as_secs()
             )));
         }
         if self.reconcile_interval.is_zero() {
