@@ -192,6 +192,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         stack.settings.queue_url.clone(),
     );
     aws_env.insert("WEBHOOKS_DLQ_URL".into(), stack.settings.dlq_url.clone());
+    if let Some(key) = &stack.settings.kms_key_id {
+        // The endpoints are sealed under the stack's KMS key.
+        aws_env.insert("WEBHOOKS_KMS_KEY_ID".into(), key.clone());
+    }
     aws_env.insert("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS".into(), "true".into());
     aws_env.insert("WEBHOOKS_ADMIN_KEY".into(), "bench-admin-key".into());
     aws_env.insert("AWS_ACCESS_KEY_ID".into(), "local".into());
@@ -225,6 +229,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let run = init::invoke(&stub, &args.release_dir.join(name), &env, events).await?;
             if !run.errors.is_empty() {
                 return Err(format!("{name} failed: {:?}", run.errors).into());
+            }
+            // A measured run must be a successful one: no 5xx, no batch
+            // item failures.
+            for response in &run.responses {
+                let v: Value = serde_json::from_str(response).unwrap_or_default();
+                let server_error = v["statusCode"].as_u64().is_some_and(|s| s >= 500);
+                let item_failures = v["batchItemFailures"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty());
+                if server_error || item_failures {
+                    return Err(format!("{name} answered {response}").into());
+                }
             }
             out(&format!(
                 "{name}: {:?}",

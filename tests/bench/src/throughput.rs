@@ -122,6 +122,8 @@ async fn one_batch(url: &str, concurrency: usize, batch: usize) -> Result<BatchR
     let settings = Settings::from_lookup(|k| match k {
         "WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS" => Some("true".into()),
         "WEBHOOKS_DELIVER_CONCURRENCY" => Some(concurrency.to_string()),
+        // A serial run needs a function timeout for 10 rounds of POSTs.
+        "WEBHOOKS_DELIVER_FUNCTION_TIMEOUT" => Some("160s".into()),
         _ => None,
     })
     .map_err(|e| e.to_string())?;
