@@ -94,11 +94,12 @@ impl DynamoStore {
         &self,
         mut item: HashMap<String, AttributeValue>,
     ) -> Result<Endpoint> {
+        // The id is the sealed secrets' associated data: no id, no secret.
         let owner = item
             .get("id")
             .and_then(|v| v.as_s().ok())
             .cloned()
-            .unwrap_or_default();
+            .ok_or_else(|| corrupt("endpoint item", "no id"))?;
         match &self.sealer {
             Some(sealer) => {
                 let owner = owner.as_str();
@@ -666,17 +667,23 @@ impl Store for DynamoStore {
                     .await
                     .map_err(|e| store_error("Query", e))?;
                 for item in page.items.unwrap_or_default() {
-                    let pk = item
-                        .get(PK)
-                        .and_then(|v| v.as_s().ok())
-                        .cloned()
-                        .unwrap_or_default();
-                    if let Some(id) = pk.strip_prefix("DLV#") {
-                        out.push(Overdue::Delivery(DeliveryId::parse(id)?));
-                    } else if let Some(id) = pk.strip_prefix("EVT#") {
-                        out.push(Overdue::Event(EventId::parse(id)?));
-                    } else {
-                        tracing::warn!(pk = %pk, "unexpected item in the overdue index");
+                    // A KEYS_ONLY entry always has the table key; one that
+                    // does not name a delivery or an event is logged and
+                    // skipped (retrying cannot fix it, and it must not stop
+                    // the reconciler from reaching the others).
+                    let pk = item.get(PK).and_then(|v| v.as_s().ok());
+                    let entry = match pk
+                        .map(|pk| (pk.strip_prefix("DLV#"), pk.strip_prefix("EVT#")))
+                    {
+                        Some((Some(id), _)) => DeliveryId::parse(id).ok().map(Overdue::Delivery),
+                        Some((_, Some(id))) => EventId::parse(id).ok().map(Overdue::Event),
+                        _ => None,
+                    };
+                    match entry {
+                        Some(entry) => out.push(entry),
+                        None => {
+                            tracing::error!(pk = ?pk, "unreadable entry in the overdue index skipped")
+                        }
                     }
                 }
                 match page.last_evaluated_key {

@@ -123,6 +123,12 @@ mod tests {
         serde_json::from_str(text).expect("fixture is a DynamoDB stream event")
     }
 
+    /// The INSERT fixture as JSON, to vary.
+    fn insert_json() -> serde_json::Value {
+        serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
+            .expect("fixture is JSON")
+    }
+
     fn at(secs: i64) -> DateTime<Utc> {
         Utc.timestamp_opt(secs, 0).unwrap()
     }
@@ -160,9 +166,7 @@ mod tests {
     #[tokio::test]
     async fn stops_at_the_first_failure_and_reports_it_with_everything_after() {
         let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
-        let mut json: serde_json::Value =
-            serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
-                .unwrap();
+        let mut json: serde_json::Value = insert_json();
         let record = json["Records"][0].clone();
         let ids = [
             "dlv_01m8vgw5r0fd5bkndpb8a897m1",
@@ -209,9 +213,7 @@ mod tests {
 
         // A refused message is reported from there on, too.
         let queue = MemoryQueue::default();
-        let mut json: serde_json::Value =
-            serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
-                .unwrap();
+        let mut json: serde_json::Value = insert_json();
         json["Records"][0]["dynamodb"]["SequenceNumber"] = serde_json::json!("700");
         queue.refuse(
             &hookline_core::ids::DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap(),
@@ -230,9 +232,7 @@ mod tests {
     #[tokio::test]
     async fn undecodable_record_is_reported_not_dropped() {
         let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
-        let mut json: serde_json::Value =
-            serde_json::from_str(include_str!("../../../events/stream-insert-delivery.json"))
-                .unwrap();
+        let mut json: serde_json::Value = insert_json();
         json["Records"][0]["dynamodb"]["NewImage"]["attempt_count"] =
             serde_json::json!({"S": "many"});
         let response = handle(
