@@ -5,16 +5,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hookline_aws::clients::{local_sdk_config, Clients};
 use hookline_aws::seen::DynamoSeenStore;
 use hookline_core::signing::{sign, Schemes, Secret};
+use hookline_local::clients::{function_clients, local_sdk_config};
 use hookline_tests::moto::Moto;
 use hookline_verify::{Claim, Receiver, SeenStore, Verifier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_seen_store_and_receiver_process_once() {
     let moto = Moto::start();
-    let clients = Clients::from_config(&local_sdk_config(&moto.url).await);
+    let clients = function_clients(&local_sdk_config(&moto.url).await, None);
     DynamoSeenStore::create_table(&clients.dynamodb, "receiver-seen")
         .await
         .unwrap();

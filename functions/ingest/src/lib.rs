@@ -3,37 +3,38 @@
 //! IAM policy covers the table and queues; management traffic is small next
 //! to ingestion, and both share the same validation, auth and error shape.
 //!
-//! - [`handle`]: matches a request against [`routes::ROUTES`], authenticates
-//!   it, and calls the route's handler; every error is
-//!   `{"error": {"code", "message"}}` with a 4xx for bad input.
-//! - [`routes`]: the route table (method, path template, operation).
-//! - [`handlers`]: one function per route, documented with `#[utoipa::path]`.
+//! - [`handle`]: one request in, one response out (never an `Err`).
+//! - [`router`]: every route declared once (handler + access; path and method
+//!   from its `#[utoipa::path]`): matching, authorisation, dispatch, and the
+//!   OpenAPI 3.1 document (`GET /openapi.json`) generated from the same list.
+//! - [`handlers`]: one module per resource (`events`, `endpoints`,
+//!   `deliveries`, `api_keys`, `dlq`, `meta`).
+//! - [`call`]: what a handler gets — typed path, query and body extraction.
 //! - [`views`]: request and response shapes, with their OpenAPI schemas.
-//! - [`openapi`]: the generated OpenAPI 3.1 document (`GET /openapi.json`).
-//! - [`dashboard`]: the embedded delivery dashboard (`GET /dashboard`).
+//! - [`error`]: [`ApiError`], the only place pipeline errors become statuses.
 //! - [`auth`]: the admin key and app-scoped keys (stored hashed, compared in
 //!   constant time) and what each may touch.
+//! - [`dashboard`]: the embedded delivery dashboard (`GET /dashboard`).
 //! - [`apigw`]: API Gateway event helpers for the local stack and tests.
 
 pub mod apigw;
 pub mod auth;
+pub mod call;
 pub mod dashboard;
+pub mod error;
 pub mod handlers;
-pub mod openapi;
-pub mod routes;
+pub mod router;
 pub mod views;
 
 use chrono::{DateTime, Utc};
 use hookline_pipeline::ports::{Queue, Store};
-use hookline_pipeline::{PipelineError, Settings};
-use lambda_http::http::StatusCode;
+use hookline_pipeline::Settings;
 use lambda_http::{Body, Request, Response};
 use rand::RngCore;
+use tracing::Instrument;
 
 pub use auth::ApiKeys;
-use handlers::Call;
-use routes::{match_route, Miss, Op};
-use views::{ErrorBody, ErrorDetail};
+pub use error::ApiError;
 
 /// Everything the API needs, built once per process.
 #[derive(Debug)]
@@ -46,75 +47,6 @@ pub struct Api<S, Q> {
     pub lookup: hookline_pipeline::sender::Lookup,
 }
 
-/// An error answer.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-/// The HTTP status of each pipeline error: the only place this mapping lives.
-impl From<PipelineError> for ApiError {
-    fn from(err: PipelineError) -> Self {
-        match err {
-            PipelineError::Invalid {
-                code: "payload_too_large",
-                message,
-            } => Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message),
-            PipelineError::Invalid { code, message } => {
-                Self::new(StatusCode::BAD_REQUEST, code, message)
-            }
-            PipelineError::NotFound(what) => Self::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("{what} not found"),
-            ),
-            PipelineError::Conflict(message) => {
-                Self::new(StatusCode::CONFLICT, "conflict", message)
-            }
-            err if err.is_retryable() => {
-                tracing::error!(error = %err, "retryable backend error");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "temporarily unavailable, retry",
-                )
-            }
-            err => {
-                tracing::error!(error = %err, "backend error");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error",
-                )
-            }
-        }
-    }
-}
-
-fn error_response(err: ApiError) -> Response<Body> {
-    handlers::json(
-        err.status,
-        &ErrorBody {
-            error: ErrorDetail {
-                code: err.code.to_owned(),
-                message: err.message,
-            },
-        },
-    )
-}
-
 /// Routes one request. Never fails: every error becomes a JSON error response.
 pub async fn handle<S: Store, Q: Queue>(
     api: &Api<S, Q>,
@@ -122,64 +54,16 @@ pub async fn handle<S: Store, Q: Queue>(
     now: DateTime<Utc>,
     rng: &mut (dyn RngCore + Send),
 ) -> Response<Body> {
-    match route(api, &request, now, rng).await {
-        Ok(response) => response,
-        Err(err) => error_response(err),
-    }
-}
-
-async fn route<S: Store, Q: Queue>(
-    api: &Api<S, Q>,
-    request: &Request,
-    now: DateTime<Utc>,
-    rng: &mut (dyn RngCore + Send),
-) -> Result<Response<Body>, ApiError> {
-    let path = request.uri().path();
-    let (route, params) = match_route(request.method(), path).map_err(|miss| match miss {
-        Miss::NotFound => ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route"),
-        Miss::MethodNotAllowed => ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "method not allowed on this route",
-        ),
-    })?;
-    let scope = if route.authenticated {
-        let header = request
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        Some(api.keys.authenticate(header, &api.store).await?)
-    } else {
-        None
-    };
-    let call = Call {
-        request,
-        params,
-        scope,
-        now,
-    };
-    match route.op {
-        Op::Health => handlers::health(),
-        Op::OpenApi => handlers::openapi(),
-        Op::Dashboard => handlers::dashboard(),
-        Op::CreateEvent => handlers::create_event(api, &call, rng).await,
-        Op::GetEvent => handlers::get_event(api, &call).await,
-        Op::CreateEndpoint => handlers::create_endpoint(api, &call, rng).await,
-        Op::ListEndpoints => handlers::list_endpoints(api, &call).await,
-        Op::GetEndpoint => handlers::get_endpoint(api, &call).await,
-        Op::UpdateEndpoint => handlers::update_endpoint(api, &call).await,
-        Op::DeleteEndpoint => handlers::delete_endpoint(api, &call).await,
-        Op::RotateSecret => handlers::rotate_secret(api, &call, rng).await,
-        Op::RecoverEndpoint => handlers::recover(api, &call).await,
-        Op::ListDeliveries => handlers::list_deliveries(api, &call).await,
-        Op::GetDelivery => handlers::get_delivery(api, &call).await,
-        Op::RetryDelivery => handlers::retry_delivery(api, &call).await,
-        Op::CreateApiKey => handlers::create_api_key(api, &call, rng).await,
-        Op::ListApiKeys => handlers::list_api_keys(api, &call).await,
-        Op::DeleteApiKey => handlers::delete_api_key(api, &call).await,
-        Op::DlqStatus => handlers::dlq_status(api, &call).await,
-        Op::DlqRedrive => handlers::dlq_redrive(api, &call).await,
-    }
+    // Lambda's runtime span already carries the request id.
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+    );
+    router::route(api, &request, now, rng)
+        .instrument(span)
+        .await
+        .unwrap_or_else(ApiError::into_response)
 }
 
 #[cfg(test)]
@@ -305,7 +189,7 @@ mod tests {
 
     #[tokio::test]
     async fn openapi_document_lists_exactly_the_served_routes() {
-        let doc: serde_json::Value = serde_json::from_str(openapi::document()).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(router::document()).unwrap();
         assert_eq!(doc["openapi"], "3.1.0");
         let mut documented = Vec::new();
         for (path, item) in doc["paths"].as_object().unwrap() {
@@ -315,9 +199,9 @@ mod tests {
                 }
             }
         }
-        let mut served: Vec<(String, String)> = routes::ROUTES
+        let mut served: Vec<(String, String)> = router::routes()
             .iter()
-            .map(|r| (r.method.to_string(), r.path.to_owned()))
+            .map(|r| (r.method.to_string(), r.path.clone()))
             .collect();
         documented.sort();
         served.sort();
@@ -352,9 +236,9 @@ mod tests {
                 "{method} {path}: {} {body}",
                 response.status()
             );
-            let public = routes::ROUTES
+            let public = router::routes()
                 .iter()
-                .any(|r| r.path == path && !r.authenticated);
+                .any(|r| r.path == *path && r.access == router::Access::Public);
             let operation = &doc["paths"][path][method.to_lowercase()];
             assert_eq!(
                 operation["security"]

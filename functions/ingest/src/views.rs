@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Attempt, Delivery, Endpoint};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -255,39 +256,48 @@ pub struct DlqStatus {
 }
 
 /// `{app_id}` in a path.
-#[derive(Debug, IntoParams)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct AppPath {
     /// The tenant: 1-64 characters of `A-Z a-z 0-9 _ - .`.
-    pub app_id: String,
+    #[param(value_type = String)]
+    pub app_id: AppId,
 }
 
-#[derive(Debug, IntoParams)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct EndpointPath {
-    pub app_id: String,
-    pub endpoint_id: String,
+    #[param(value_type = String)]
+    pub app_id: AppId,
+    #[param(value_type = String)]
+    pub endpoint_id: EndpointId,
 }
 
-#[derive(Debug, IntoParams)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct DeliveryPath {
-    pub app_id: String,
-    pub delivery_id: String,
+    #[param(value_type = String)]
+    pub app_id: AppId,
+    #[param(value_type = String)]
+    pub delivery_id: DeliveryId,
 }
 
-#[derive(Debug, IntoParams)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct EventPath {
-    pub app_id: String,
-    pub event_id: String,
+    #[param(value_type = String)]
+    pub app_id: AppId,
+    #[param(value_type = String)]
+    pub event_id: EventId,
 }
 
-#[derive(Debug, IntoParams)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct ApiKeyPath {
-    pub app_id: String,
-    pub key_id: String,
+    #[param(value_type = String)]
+    pub app_id: AppId,
+    #[param(value_type = String)]
+    pub key_id: ApiKeyId,
 }
 
 /// The optional `Idempotency-Key` header of event ingestion.

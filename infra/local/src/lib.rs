@@ -1,6 +1,13 @@
 //! The pipeline on one machine: moto as AWS, the four functions' handlers
 //! in-process, fed exactly as Lambda would feed them.
 //!
+//! - [`template`]: reads `template.yaml` (tables, queues, keys, event sources).
+//! - [`resources`]: creates them on moto (idempotent).
+//! - [`sources`]: Lambda's event source mappings offline (stream -> dispatch,
+//!   queue -> deliver), with batch sizes, filters, partial batches, retry limit.
+//! - [`clients`]: SDK clients for a local endpoint; [`counting`]: an SDK
+//!   interceptor counting every request by operation with estimated DynamoDB
+//!   capacity units (the benchmark's cost model).
 //! - [`server`]: the local API Gateway (HTTP on loopback -> API Gateway v2
 //!   events -> the ingest handler).
 //! - [`demo`]: healthy / flaky / dead receivers built on the receiver kit, a
@@ -12,8 +19,13 @@
 //!   [`LocalStack::reconcile`]). [`LocalStack::call`] sends an API request through the
 //!   ingest handler as an API Gateway v2 event.
 
+pub mod clients;
+pub mod counting;
 pub mod demo;
+pub mod resources;
 pub mod server;
+pub mod sources;
+pub mod template;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -21,10 +33,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hookline_aws::clients::{local_sdk_config, Clients};
-use hookline_aws::local::{
-    LocalError, LocalResources, PollStats, QueueSource, StreamSource, Template,
-};
+use hookline_aws::clients::Clients;
+
+use crate::clients::{function_clients, local_sdk_config, SourceClients};
+pub use crate::resources::LocalResources;
+pub use crate::sources::{PollStats, QueueSource, StreamSource};
+pub use crate::template::Template;
 use hookline_aws::{DynamoStore, SqsQueue};
 use hookline_core::ids::DeliveryId;
 use hookline_core::model::Delivery;
@@ -37,6 +51,22 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::Value;
 use tokio::sync::{watch, Mutex};
+
+/// Errors of the local tooling (setup problems, not pipeline errors).
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("template: {0}")]
+    Template(String),
+    #[error("aws: {0}")]
+    Aws(String),
+}
+
+pub(crate) fn aws_err(op: &str, err: impl std::error::Error) -> LocalError {
+    LocalError::Aws(format!(
+        "{op}: {}",
+        aws_sdk_dynamodb::error::DisplayErrorContext(err)
+    ))
+}
 
 /// An HTTP answer of the API: status, headers, JSON body (`Null` if not JSON).
 pub type ApiAnswer = (u16, HashMap<String, String>, Value);
@@ -82,21 +112,17 @@ pub struct LocalConfig {
 #[derive(Debug, Clone, Default)]
 pub struct LocalCounters {
     /// Requests the four functions' code makes (and resource setup).
-    pub functions: hookline_aws::counting::CallCounter,
+    pub functions: crate::counting::CallCounter,
     /// Requests of the stream and queue pollers (event source mappings).
-    pub event_sources: hookline_aws::counting::CallCounter,
+    pub event_sources: crate::counting::CallCounter,
 }
 
 impl LocalStack {
     pub async fn start(config: LocalConfig) -> Result<Self, LocalError> {
         let sdk = local_sdk_config(&config.endpoint_url).await;
-        let (clients, source_clients) = match &config.counters {
-            Some(c) => (
-                Clients::counted(&sdk, &c.functions),
-                Clients::counted(&sdk, &c.event_sources),
-            ),
-            None => (Clients::from_config(&sdk), Clients::from_config(&sdk)),
-        };
+        let counters = config.counters.as_ref();
+        let clients = function_clients(&sdk, counters.map(|c| &c.functions));
+        let source_clients = SourceClients::new(&sdk, counters.map(|c| &c.event_sources));
         let template = Template::load(&config.template)?;
         let resources = LocalResources::create(&template, &clients, &config.prefix).await?;
         let mut vars = config.env.clone();

@@ -15,7 +15,6 @@ pub use aws_sdk_dynamodb::Client as DynamoDbClient;
 pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub sqs: aws_sdk_sqs::Client,
-    pub streams: aws_sdk_dynamodbstreams::Client,
     pub kms: aws_sdk_kms::Client,
 }
 
@@ -55,34 +54,7 @@ impl Clients {
         Self {
             dynamodb: aws_sdk_dynamodb::Client::new(config),
             sqs: aws_sdk_sqs::Client::new(config),
-            streams: aws_sdk_dynamodbstreams::Client::new(config),
             kms: aws_sdk_kms::Client::new(config),
-        }
-    }
-
-    /// Clients whose every request is counted by `counter`.
-    pub fn counted(config: &SdkConfig, counter: &crate::counting::CallCounter) -> Self {
-        Self {
-            dynamodb: aws_sdk_dynamodb::Client::from_conf(
-                aws_sdk_dynamodb::config::Builder::from(config)
-                    .interceptor(counter.clone())
-                    .build(),
-            ),
-            sqs: aws_sdk_sqs::Client::from_conf(
-                aws_sdk_sqs::config::Builder::from(config)
-                    .interceptor(counter.clone())
-                    .build(),
-            ),
-            streams: aws_sdk_dynamodbstreams::Client::from_conf(
-                aws_sdk_dynamodbstreams::config::Builder::from(config)
-                    .interceptor(counter.clone())
-                    .build(),
-            ),
-            kms: aws_sdk_kms::Client::from_conf(
-                aws_sdk_kms::config::Builder::from(config)
-                    .interceptor(counter.clone())
-                    .build(),
-            ),
         }
     }
 
@@ -143,29 +115,4 @@ pub async fn store_and_queue(
         settings.dlq_url.clone(),
     );
     (store, queue)
-}
-
-/// SDK configuration for a local endpoint (moto): fixed dummy credentials,
-/// `us-east-1`, the same retry and timeout settings as deployed.
-pub async fn local_sdk_config(endpoint_url: &str) -> SdkConfig {
-    use aws_config::Region;
-    let credentials =
-        aws_sdk_dynamodb::config::Credentials::new("local", "local", None, None, "hookline-local");
-    aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(endpoint_url)
-        .credentials_provider(credentials)
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(4)
-                .with_initial_backoff(Duration::from_millis(50)),
-        )
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(3))
-                .operation_timeout(Duration::from_secs(30))
-                .build(),
-        )
-        .load()
-        .await
 }

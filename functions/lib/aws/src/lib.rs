@@ -8,19 +8,13 @@
 //! - [`queue`]: [`SqsQueue`], the [`Queue`](hookline_pipeline::ports::Queue) port.
 //! - [`outbox`]: the `TransactWriteItem`s of an event, for a producer's own
 //!   transaction (business write and webhook commit together).
-//! - [`local`]: the local event-source poller (stream -> dispatch, queue ->
-//!   deliver) that stands in for Lambda's event source mappings offline.
 //! - [`sealing`]: endpoint secrets at rest, sealed under a KMS key
 //!   (envelope encryption, data keys cached per process).
 //! - [`seen`]: [`seen::DynamoSeenStore`], the receiver kit's seen store on DynamoDB.
-//! - [`counting`]: an SDK interceptor counting every request by operation,
-//!   with estimated DynamoDB capacity units (the benchmark's cost model).
 //! - [`error`]: SDK errors -> `PipelineError` with retryability.
 
 pub mod clients;
-pub mod counting;
 pub mod error;
-pub mod local;
 pub mod outbox;
 pub mod queue;
 pub mod schema;

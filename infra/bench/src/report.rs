@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use hookline_aws::counting::OperationCount;
+use hookline_local::counting::OperationCount;
 use serde::Serialize;
 
 use crate::calls::ScenarioCounts;

@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use hookline_aws::clients::{local_sdk_config, Clients};
-use hookline_aws::counting::{CallCounter, OperationCount};
+use hookline_local::clients::{function_clients, local_sdk_config};
+use hookline_local::counting::{CallCounter, OperationCount};
 use hookline_local::{LocalConfig, LocalCounters, LocalStack};
 use hookline_tests::moto::Moto;
 use hookline_tests::workspace_root;
@@ -221,7 +221,7 @@ pub async fn naive(scenario: &Scenario) -> Result<ScenarioCounts, String> {
     let moto = Moto::start();
     let counter = CallCounter::default();
     let sdk = local_sdk_config(&moto.url).await;
-    let clients = Clients::counted(&sdk, &counter);
+    let clients = function_clients(&sdk, Some(&counter));
     let db = &clients.dynamodb;
     let table = "naive";
     let attr = |n: &str| {

@@ -1,0 +1,254 @@
+//! `/v1/apps/{app_id}/endpoints`: receivers, their secrets and bulk recovery.
+
+use hookline_core::ids::{AppId, EndpointId};
+use hookline_core::model::{Endpoint, EventType};
+use hookline_core::signing::Secret;
+use hookline_pipeline::ports::Store;
+use hookline_pipeline::recover::{recover_endpoint, RecoverReport, RecoverRequest};
+use hookline_pipeline::sender::{check_endpoint_url, check_resolved_host};
+use hookline_pipeline::PipelineError;
+use lambda_http::http::StatusCode;
+
+use crate::call::{json, no_content, Answer, Call};
+use crate::error::ApiError;
+use crate::views::{
+    AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath, ErrorBody, RotateSecret,
+    UpdateEndpoint,
+};
+use crate::Api;
+
+fn validate_event_types(types: &[String]) -> Result<(), ApiError> {
+    if types.len() > 100 {
+        return Err(ApiError::bad_request(
+            "invalid_event_types",
+            "at most 100 event types",
+        ));
+    }
+    for t in types {
+        let name = t.strip_suffix(".*").unwrap_or(t);
+        if t != "*" && EventType::parse(name).is_err() {
+            return Err(ApiError::bad_request(
+                "invalid_event_types",
+                format!("`{t}` is not an event type or `prefix.*`"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_description(description: Option<&String>) -> Result<(), ApiError> {
+    if description.is_some_and(|d| d.len() > 1024) {
+        return Err(ApiError::bad_request(
+            "invalid_description",
+            "at most 1024 bytes",
+        ));
+    }
+    Ok(())
+}
+
+async fn check_url<S, Q>(api: &Api<S, Q>, url: &str) -> Result<(), ApiError> {
+    let parsed = check_endpoint_url(url, api.settings.allow_private_endpoints)
+        .map_err(|reason| ApiError::bad_request("invalid_url", reason))?;
+    if !api.settings.allow_private_endpoints {
+        check_resolved_host(&parsed, &api.lookup)
+            .await
+            .map_err(|reason| ApiError::bad_request("invalid_url", reason))?;
+    }
+    Ok(())
+}
+
+async fn endpoint_of<S: Store, Q>(
+    api: &Api<S, Q>,
+    app: &AppId,
+    id: &EndpointId,
+) -> Result<Endpoint, ApiError> {
+    Ok(api
+        .store
+        .get_endpoint(app, id)
+        .await?
+        .ok_or(PipelineError::NotFound("endpoint"))?)
+}
+
+/// Creates an endpoint; the answer carries its signing secret (only here
+/// and on rotate-secret).
+#[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints", tag = "endpoints",
+    params(AppPath), request_body = CreateEndpoint,
+    responses((status = 201, body = EndpointOut), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: AppPath = call.path()?;
+    let req: CreateEndpoint = call.json()?;
+    check_url(api, &req.url).await?;
+    validate_event_types(&req.event_types)?;
+    validate_description(req.description.as_ref())?;
+    let secret = match req.secret {
+        Some(s) => Secret::parse(&s).map_err(PipelineError::from)?,
+        None => Secret::generate(call.rng),
+    };
+    let endpoint = Endpoint {
+        id: EndpointId::new(call.now, call.rng),
+        app_id: path.app_id,
+        url: req.url,
+        description: req.description,
+        event_types: req.event_types,
+        secret,
+        previous_secrets: vec![],
+        disabled: false,
+        disabled_reason: None,
+        created_at: call.now,
+        updated_at: call.now,
+        version: 0,
+    };
+    api.store.put_endpoint(&endpoint).await?;
+    tracing::info!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, "endpoint created");
+    Ok(json(
+        StatusCode::CREATED,
+        &EndpointOut::new(&endpoint, true),
+    ))
+}
+
+/// Every endpoint of the app (secrets never listed).
+#[utoipa::path(get, path = "/v1/apps/{app_id}/endpoints", tag = "endpoints",
+    params(AppPath), responses((status = 200, body = EndpointList)))]
+pub async fn list_endpoints<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: AppPath = call.path()?;
+    let endpoints = api.store.list_endpoints(&path.app_id).await?;
+    Ok(json(
+        StatusCode::OK,
+        &EndpointList {
+            items: endpoints
+                .iter()
+                .map(|e| EndpointOut::new(e, false))
+                .collect(),
+        },
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}", tag = "endpoints",
+    params(EndpointPath),
+    responses((status = 200, body = EndpointOut), (status = 404, body = ErrorBody)))]
+pub async fn get_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    let endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
+    Ok(json(StatusCode::OK, &EndpointOut::new(&endpoint, false)))
+}
+
+/// Changes an endpoint's URL, filters, description or enabled state.
+#[utoipa::path(patch, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}", tag = "endpoints",
+    params(EndpointPath), request_body = UpdateEndpoint,
+    responses((status = 200, body = EndpointOut), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    let req: UpdateEndpoint = call.json()?;
+    if let Some(url) = &req.url {
+        check_url(api, url).await?;
+    }
+    if let Some(types) = &req.event_types {
+        validate_event_types(types)?;
+    }
+    validate_description(req.description.as_ref())?;
+    let endpoint = change_endpoint(api, &path, call.now, |endpoint| {
+        if let Some(url) = &req.url {
+            endpoint.url.clone_from(url);
+        }
+        if let Some(types) = &req.event_types {
+            endpoint.event_types.clone_from(types);
+        }
+        if let Some(description) = &req.description {
+            endpoint.description = Some(description.clone());
+        }
+        if let Some(disabled) = req.disabled {
+            endpoint.disabled = disabled;
+            endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_owned());
+        }
+    })
+    .await?;
+    tracing::info!(endpoint_id = %endpoint.id, disabled = endpoint.disabled, "endpoint updated");
+    Ok(json(StatusCode::OK, &EndpointOut::new(&endpoint, false)))
+}
+
+/// Times a change is re-applied to a freshly read endpoint when a concurrent
+/// write (a rotation, a PATCH, an auto-disable) moved its version meanwhile.
+const ENDPOINT_WRITE_ROUNDS: usize = 5;
+
+/// Read, change, write conditionally on the version read; on a conflict
+/// read again and re-apply `change` (so two concurrent PATCHes of different
+/// fields both land, a PATCH never writes back a rotated-away secret, and a
+/// deleted endpoint is not resurrected: 404).
+async fn change_endpoint<S: Store, Q>(
+    api: &Api<S, Q>,
+    path: &EndpointPath,
+    now: chrono::DateTime<chrono::Utc>,
+    mut change: impl FnMut(&mut Endpoint),
+) -> Result<Endpoint, ApiError> {
+    for _ in 0..ENDPOINT_WRITE_ROUNDS {
+        let mut endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
+        let expected = endpoint.version;
+        change(&mut endpoint);
+        endpoint.version = expected + 1;
+        endpoint.updated_at = now;
+        if api.store.update_endpoint(&endpoint, expected).await? {
+            return Ok(endpoint);
+        }
+        tracing::info!(endpoint_id = %endpoint.id, "endpoint changed meanwhile; applying again");
+    }
+    Err(ApiError::conflict(
+        "conflict",
+        "the endpoint kept changing meanwhile; retry",
+    ))
+}
+
+/// Deletes an endpoint; its pending deliveries fail ("endpoint deleted").
+#[utoipa::path(delete, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}", tag = "endpoints",
+    params(EndpointPath),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    if !api
+        .store
+        .delete_endpoint(&path.app_id, &path.endpoint_id)
+        .await?
+    {
+        return Err(PipelineError::NotFound("endpoint").into());
+    }
+    tracing::info!(endpoint_id = %path.endpoint_id, "endpoint deleted");
+    Ok(no_content())
+}
+
+/// Starts signing with a new secret; earlier ones keep signing alongside it
+/// for the rotation overlap.
+#[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/rotate-secret",
+    tag = "endpoints", params(EndpointPath), request_body(content = RotateSecret, description = "optional"),
+    responses((status = 200, body = EndpointOut), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn rotate_secret<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    let req: RotateSecret = call.json_or_default()?;
+    let secret = match req.secret {
+        Some(s) => Secret::parse(&s).map_err(PipelineError::from)?,
+        None => Secret::generate(call.rng),
+    };
+    let (now, overlap) = (call.now, api.settings.rotation_overlap);
+    let endpoint = change_endpoint(api, &path, now, |endpoint| {
+        endpoint.rotate_secret(secret.clone(), now, overlap);
+    })
+    .await?;
+    tracing::info!(endpoint_id = %endpoint.id, "secret rotated");
+    Ok(json(StatusCode::OK, &EndpointOut::new(&endpoint, true)))
+}
+
+/// Bulk recover: every failed delivery of the endpoint created in
+/// `[since, until)` starts again with a fresh attempt budget.
+#[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/recover",
+    tag = "deliveries", params(EndpointPath), request_body = RecoverRequest,
+    responses((status = 202, body = RecoverReport), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn recover<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    let req: RecoverRequest = call.json()?;
+    let endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
+    let report =
+        recover_endpoint(&api.store, &endpoint.app_id, &endpoint.id, &req, call.now).await?;
+    Ok(json(StatusCode::ACCEPTED, &report))
+}

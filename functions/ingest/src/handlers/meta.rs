@@ -1,0 +1,38 @@
+//! Public routes: liveness, the OpenAPI document, the dashboard page.
+
+use lambda_http::http::StatusCode;
+use lambda_http::Body;
+
+use crate::call::{json, with_type, Answer, Call};
+use crate::views::Health;
+use crate::Api;
+
+/// Liveness: no key needed.
+#[utoipa::path(get, path = "/health", tag = "meta",
+    responses((status = 200, body = Health)))]
+pub async fn health<S, Q>(_api: &Api<S, Q>, _call: Call<'_>) -> Answer {
+    Ok(json(
+        StatusCode::OK,
+        &Health {
+            status: "ok".into(),
+        },
+    ))
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta",
+    responses((status = 200, description = "the OpenAPI 3.1 document", content_type = "application/json")))]
+pub async fn openapi<S, Q>(_api: &Api<S, Q>, _call: Call<'_>) -> Answer {
+    Ok(with_type(
+        StatusCode::OK,
+        Body::Text(crate::router::document().to_owned()),
+        "application/json",
+    ))
+}
+
+/// The delivery dashboard (a static page; it asks for an API key).
+#[utoipa::path(get, path = "/dashboard", tag = "meta",
+    responses((status = 200, description = "HTML", content_type = "text/html")))]
+pub async fn dashboard<S, Q>(_api: &Api<S, Q>, _call: Call<'_>) -> Answer {
+    Ok(crate::dashboard::page())
+}

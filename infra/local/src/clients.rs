@@ -1,0 +1,90 @@
+//! SDK clients for a local endpoint (moto): fixed dummy credentials,
+//! `us-east-1`, the deployed retry and timeout settings, and optionally every
+//! request counted ([`crate::counting`], the benchmark's cost model).
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use hookline_aws::clients::Clients;
+
+use crate::counting::CallCounter;
+
+/// SDK configuration for `endpoint_url`.
+pub async fn local_sdk_config(endpoint_url: &str) -> SdkConfig {
+    let credentials =
+        aws_sdk_dynamodb::config::Credentials::new("local", "local", None, None, "hookline-local");
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint_url)
+        .credentials_provider(credentials)
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(4)
+                .with_initial_backoff(Duration::from_millis(50)),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(3))
+                .operation_timeout(Duration::from_secs(30))
+                .build(),
+        )
+        .load()
+        .await
+}
+
+/// The functions' clients, every request counted by `counter` when given.
+pub fn function_clients(config: &SdkConfig, counter: Option<&CallCounter>) -> Clients {
+    let Some(counter) = counter else {
+        return Clients::from_config(config);
+    };
+    Clients {
+        dynamodb: aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(config)
+                .interceptor(counter.clone())
+                .build(),
+        ),
+        sqs: aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::config::Builder::from(config)
+                .interceptor(counter.clone())
+                .build(),
+        ),
+        kms: aws_sdk_kms::Client::from_conf(
+            aws_sdk_kms::config::Builder::from(config)
+                .interceptor(counter.clone())
+                .build(),
+        ),
+    }
+}
+
+/// The event-source pollers' clients (Lambda's mappings when deployed): the
+/// table's stream and the queue.
+#[derive(Debug, Clone)]
+pub struct SourceClients {
+    pub streams: aws_sdk_dynamodbstreams::Client,
+    pub sqs: aws_sdk_sqs::Client,
+}
+
+impl SourceClients {
+    pub fn new(config: &SdkConfig, counter: Option<&CallCounter>) -> Self {
+        match counter {
+            None => Self {
+                streams: aws_sdk_dynamodbstreams::Client::new(config),
+                sqs: aws_sdk_sqs::Client::new(config),
+            },
+            Some(counter) => Self {
+                streams: aws_sdk_dynamodbstreams::Client::from_conf(
+                    aws_sdk_dynamodbstreams::config::Builder::from(config)
+                        .interceptor(counter.clone())
+                        .build(),
+                ),
+                sqs: aws_sdk_sqs::Client::from_conf(
+                    aws_sdk_sqs::config::Builder::from(config)
+                        .interceptor(counter.clone())
+                        .build(),
+                ),
+            },
+        }
+    }
+}

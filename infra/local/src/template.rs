@@ -1,0 +1,252 @@
+//! The parts of `template.yaml` the local stack reads: tables, queues, KMS
+//! keys and each function's event source (batch size, filter criteria,
+//! partial-batch responses, retry limit, on-failure destination). The
+//! template is the only copy of the schema.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+use serde_yaml_ng::Value as Yaml;
+
+use crate::LocalError;
+
+/// A `DynamoDB` or `SQS` event source of a function, as declared in the template.
+#[derive(Debug, Clone)]
+pub struct EventSource {
+    pub function: String,
+    /// Logical id of the table (stream) or queue it reads.
+    pub resource: String,
+    pub batch_size: usize,
+    /// Filter patterns (OR); empty = everything.
+    pub filters: Vec<Value>,
+    pub report_batch_item_failures: bool,
+    /// Stream sources: `MaximumRetryAttempts` (None: retry until the record
+    /// expires, Lambda's -1).
+    pub max_retry_attempts: Option<u32>,
+    /// Stream sources: the logical id of the `OnFailure` destination queue.
+    pub on_failure: Option<String>,
+}
+
+/// The parts of `template.yaml` the local stack uses.
+#[derive(Debug, Clone)]
+pub struct Template {
+    resources: BTreeMap<String, Yaml>,
+}
+
+/// Strips CloudFormation tags (`!GetAtt X.Arn` -> its value) for reading.
+pub(crate) fn untag(v: &Yaml) -> &Yaml {
+    match v {
+        Yaml::Tagged(t) => &t.value,
+        other => other,
+    }
+}
+
+pub(crate) fn text(v: &Yaml) -> Option<String> {
+    match untag(v) {
+        Yaml::String(s) => Some(s.clone()),
+        Yaml::Number(n) => Some(n.to_string()),
+        Yaml::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// The logical id a `!GetAtt X.Attr` / `!Ref X` points at.
+pub(crate) fn referenced_resource(v: &Yaml) -> Option<String> {
+    match v {
+        Yaml::Tagged(t) => {
+            text(&t.value).map(|s| s.split('.').next().unwrap_or_default().to_owned())
+        }
+        Yaml::Mapping(m) => m
+            .get("Fn::GetAtt")
+            .or_else(|| m.get("Ref"))
+            .and_then(|inner| match inner {
+                Yaml::Sequence(seq) => seq.first().and_then(text),
+                other => text(other).map(|s| s.split('.').next().unwrap_or_default().to_owned()),
+            }),
+        _ => None,
+    }
+}
+
+impl Template {
+    pub fn load(path: &Path) -> Result<Self, LocalError> {
+        let raw = std::fs::read_to_string(path)
+            .map_err(|e| LocalError::Template(format!("{}: {e}", path.display())))?;
+        Self::parse(&raw)
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, LocalError> {
+        let doc: Yaml =
+            serde_yaml_ng::from_str(raw).map_err(|e| LocalError::Template(e.to_string()))?;
+        let resources = doc
+            .get("Resources")
+            .and_then(Yaml::as_mapping)
+            .ok_or_else(|| LocalError::Template("no Resources".into()))?
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.clone())))
+            .collect();
+        Ok(Self { resources })
+    }
+
+    fn of_type<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = (&'a String, &'a Yaml)> + 'a {
+        self.resources
+            .iter()
+            .filter(move |(_, r)| r.get("Type").and_then(Yaml::as_str) == Some(kind))
+    }
+
+    /// Logical ids of the DynamoDB tables.
+    pub fn tables(&self) -> Vec<String> {
+        self.of_type("AWS::DynamoDB::Table")
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Logical ids of the KMS keys.
+    pub fn kms_keys(&self) -> Vec<String> {
+        self.of_type("AWS::KMS::Key")
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Logical ids of the SQS queues.
+    pub fn queues(&self) -> Vec<String> {
+        self.of_type("AWS::SQS::Queue")
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Every `DynamoDB`/`SQS` event source of every function.
+    pub fn event_sources(&self) -> Vec<EventSource> {
+        let mut out = Vec::new();
+        for (name, resource) in self.of_type("AWS::Serverless::Function") {
+            let Some(events) = resource
+                .get("Properties")
+                .and_then(|p| p.get("Events"))
+                .and_then(Yaml::as_mapping)
+            else {
+                continue;
+            };
+            for (_, event) in events {
+                let kind = event.get("Type").and_then(Yaml::as_str).unwrap_or_default();
+                let Some(props) = event.get("Properties") else {
+                    continue;
+                };
+                let target = match kind {
+                    "DynamoDB" => props.get("Stream"),
+                    "SQS" => props.get("Queue"),
+                    _ => None,
+                };
+                let Some(resource) = target.and_then(referenced_resource) else {
+                    continue;
+                };
+                let batch_size = props
+                    .get("BatchSize")
+                    .and_then(text)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(10);
+                let filters = props
+                    .get("FilterCriteria")
+                    .and_then(|f| f.get("Filters"))
+                    .and_then(Yaml::as_sequence)
+                    .map(|filters| {
+                        filters
+                            .iter()
+                            .filter_map(|f| f.get("Pattern").and_then(text))
+                            .filter_map(|p| serde_json::from_str(&p).ok())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let report_batch_item_failures = props
+                    .get("FunctionResponseTypes")
+                    .and_then(Yaml::as_sequence)
+                    .is_some_and(|s| {
+                        s.iter()
+                            .any(|t| t.as_str() == Some("ReportBatchItemFailures"))
+                    });
+                let max_retry_attempts = props
+                    .get("MaximumRetryAttempts")
+                    .and_then(text)
+                    .and_then(|s| s.parse::<u32>().ok());
+                let on_failure = props
+                    .get("DestinationConfig")
+                    .and_then(|d| d.get("OnFailure"))
+                    .and_then(|o| o.get("Destination"))
+                    .and_then(referenced_resource);
+                out.push(EventSource {
+                    function: name.clone(),
+                    resource,
+                    batch_size,
+                    filters,
+                    report_batch_item_failures,
+                    max_retry_attempts,
+                    on_failure,
+                });
+            }
+        }
+        out
+    }
+
+    /// The event source of `function` (by logical id).
+    pub fn event_source(&self, function: &str) -> Option<EventSource> {
+        self.event_sources()
+            .into_iter()
+            .find(|s| s.function == function)
+    }
+
+    pub(crate) fn properties(&self, logical_id: &str) -> Option<&Yaml> {
+        self.resources
+            .get(logical_id)
+            .and_then(|r| r.get("Properties"))
+    }
+}
+
+/// Does `record` (Lambda event JSON) match the Lambda/EventBridge `pattern`?
+/// Supports the subset the template uses: nested objects, and arrays of
+/// allowed exact values.
+pub fn matches_pattern(pattern: &Value, record: &Value) -> bool {
+    match pattern {
+        Value::Object(fields) => fields
+            .iter()
+            .all(|(k, p)| record.get(k).is_some_and(|r| matches_pattern(p, r))),
+        Value::Array(allowed) => allowed.iter().any(|a| a == record),
+        other => other == record,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_the_project_template() {
+        let t = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"))
+            .unwrap();
+        assert!(t.tables().contains(&"Table".to_string()));
+        assert!(t.queues().contains(&"DeliveryQueue".to_string()));
+        let dispatch = t.event_source("DispatchFunction").unwrap();
+        assert_eq!(dispatch.resource, "Table");
+        assert_eq!(dispatch.batch_size, 100);
+        assert_eq!(dispatch.filters.len(), 2);
+        assert!(dispatch.report_batch_item_failures);
+        assert_eq!(dispatch.max_retry_attempts, Some(50));
+        assert_eq!(dispatch.on_failure.as_deref(), Some("DispatchFailureQueue"));
+        assert_eq!(t.kms_keys(), ["SecretsKey"]);
+        let deliver = t.event_source("DeliverFunction").unwrap();
+        assert_eq!(deliver.resource, "DeliveryQueue");
+        assert_eq!(deliver.batch_size, 10);
+    }
+
+    #[test]
+    fn filter_patterns() {
+        let pattern: Value = serde_json::from_str(
+            r#"{"dynamodb":{"NewImage":{"kind":{"S":["delivery"]},"status":{"S":["pending"]}}}}"#,
+        )
+        .unwrap();
+        let rec = |kind: &str, status: &str| json!({"dynamodb": {"NewImage": {"kind": {"S": kind}, "status": {"S": status}}}});
+        assert!(matches_pattern(&pattern, &rec("delivery", "pending")));
+        assert!(!matches_pattern(&pattern, &rec("delivery", "failed")));
+        assert!(!matches_pattern(&pattern, &rec("endpoint", "pending")));
+        assert!(!matches_pattern(&pattern, &json!({"dynamodb": {}})));
+    }
+}
