@@ -11,3 +11,4 @@ mod outbox;
 mod pipeline;
 mod receiver;
 mod security;
+mod settings;

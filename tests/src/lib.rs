@@ -26,21 +26,19 @@ pub fn target_dir() -> std::path::PathBuf {
 /// Builds (if needed) and returns the `hookline-local` binary, for tests that
 /// run the local stack or its worker as a subprocess.
 pub fn local_binary() -> std::path::PathBuf {
+    binary("hookline-local", "hookline-local")
+}
+
+/// Builds (if needed) and returns the debug binary `bin` of `package`.
+pub fn binary(package: &str, bin: &str) -> std::path::PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = std::process::Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "hookline-local",
-            "--bin",
-            "hookline-local",
-        ])
+        .args(["build", "--quiet", "-p", package, "--bin", bin])
         .current_dir(workspace_root())
         .status()
-        .expect("cargo build hookline-local");
-    assert!(status.success(), "building hookline-local failed");
-    target_dir().join("debug/hookline-local")
+        .expect("cargo build");
+    assert!(status.success(), "building {package} failed");
+    target_dir().join("debug").join(bin)
 }
 
 /// Appends a line of measured figures to `target/test-figures/<name>.txt`;

@@ -95,8 +95,7 @@ mod tests {
     }
 
     fn settings() -> Settings {
-        Settings::from_lookup(|k| (k == "WEBHOOKS_RETRY_SCHEDULE").then(|| "1s,2s".to_owned()))
-            .unwrap()
+        Settings::for_tests(&[("WEBHOOKS_RETRY_SCHEDULE", "1s,2s")]).unwrap()
     }
 
     #[tokio::test]
@@ -150,8 +149,7 @@ mod tests {
             seeded().await,
             MemoryQueue::default(),
             ScriptedSender::new(vec![], ScriptedSender::status(500)),
-            Settings::from_lookup(|k| (k == "WEBHOOKS_MAX_ATTEMPTS").then(|| "1".to_owned()))
-                .unwrap(),
+            Settings::for_tests(&[("WEBHOOKS_MAX_ATTEMPTS", "1")]).unwrap(),
         );
         assert!(handle(&deliverer, fixture())
             .await

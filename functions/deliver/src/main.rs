@@ -1,7 +1,6 @@
 use aws_lambda_events::event::sqs::SqsEvent;
 use hookline_pipeline::deliver::Deliverer;
 use hookline_pipeline::sender::HttpSender;
-use hookline_pipeline::Settings;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use tokio::sync::OnceCell;
 
@@ -10,7 +9,7 @@ async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
     // Settings checked at init; AWS clients and the HTTP client (TLS roots)
     // built on the first batch, so init stays fast.
-    let settings = Settings::from_env()?;
+    let settings = hookline_aws::clients::settings_from_env()?;
     let deliverer = OnceCell::new();
     lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| {
         let (deliverer, settings) = (&deliverer, &settings);

@@ -17,6 +17,7 @@ use hookline_pipeline::ports::{Queue, Store};
 /// after a failure must not be acted on now (they would be queued again on
 /// every retry, up to the mapping's 50, and POSTed in bursts). Handling is
 /// idempotent, so a re-delivered record is harmless.
+#[tracing::instrument(name = "dispatch", skip_all, fields(records = event.records.len()))]
 pub async fn handle<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
@@ -68,7 +69,7 @@ async fn handle_in_order<S: Store, Q: Queue>(
                     return Some(failed);
                 }
                 if let Err(err) = materialise_fanout(store, &event_id, now).await {
-                    tracing::error!(event_id = %event_id, sequence_number = %seq, error = %err, "fan-out failed");
+                    tracing::error!(event_id = %event_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "fan-out failed");
                     return Some(index);
                 }
             }
@@ -76,7 +77,7 @@ async fn handle_in_order<S: Store, Q: Queue>(
                 if let Some(failed) = flush(queue, &mut run, now).await {
                     return Some(failed);
                 }
-                tracing::error!(sequence_number = %seq, error = %err, "undecodable stream record");
+                tracing::error!(sequence_number = %seq, error = %hookline_core::error::Chain(&err), "undecodable stream record");
                 return Some(index);
             }
         }
@@ -107,7 +108,7 @@ async fn flush<Q: Queue>(
                 })
         }
         Err(err) => {
-            tracing::error!(error = %err, deliveries = batch.len(), "queueing failed");
+            tracing::error!(error = %hookline_core::error::Chain(&err), deliveries = batch.len(), "queueing failed");
             batch.first().map(|(index, _)| *index)
         }
     }

@@ -1,5 +1,7 @@
+// The instrumented stream handler nests deeply enough for the layout query.
+#![recursion_limit = "256"]
+
 use aws_lambda_events::event::dynamodb::Event;
-use hookline_pipeline::Settings;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use tokio::sync::OnceCell;
 
@@ -7,7 +9,7 @@ use tokio::sync::OnceCell;
 async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
     // Settings checked at init; AWS clients built on the first batch.
-    let settings = Settings::from_env()?;
+    let settings = hookline_aws::clients::settings_from_env()?;
     let deps = OnceCell::new();
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
         let (deps, settings) = (&deps, &settings);

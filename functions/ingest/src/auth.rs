@@ -4,12 +4,12 @@
 //! through the API and stored in the table, hashed.
 
 use lambda_http::http::StatusCode;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::AppId;
 use hookline_pipeline::ports::Store;
+use hookline_pipeline::settings::{KeyHash, Settings};
 
 use crate::ApiError;
 
@@ -65,33 +65,15 @@ impl Scope {
 }
 
 fn sha256(text: &str) -> [u8; 32] {
-    Sha256::digest(text.as_bytes()).into()
+    KeyHash::of(text).0
 }
 
 impl ApiKeys {
-    /// From `WEBHOOKS_ADMIN_KEY_SHA256` (hex; what a deployment stores) or
-    /// `WEBHOOKS_ADMIN_KEY` (the key itself; local runs).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        if let Some(hex_hash) = lookup("WEBHOOKS_ADMIN_KEY_SHA256").filter(|v| !v.trim().is_empty())
-        {
-            let bytes = hex::decode(hex_hash.trim())
-                .map_err(|_| "WEBHOOKS_ADMIN_KEY_SHA256 is not hex".to_owned())?;
-            let hash: [u8; 32] = bytes
-                .try_into()
-                .map_err(|_| "WEBHOOKS_ADMIN_KEY_SHA256 is not 32 bytes".to_owned())?;
-            return Ok(Self {
-                admin_hash: Some(hash),
-            });
+    /// The admin key of the settings (`WEBHOOKS_ADMIN_KEY[_SHA256]`).
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            admin_hash: settings.admin_key_sha256.map(|h| h.0),
         }
-        Ok(Self {
-            admin_hash: lookup("WEBHOOKS_ADMIN_KEY")
-                .filter(|v| !v.trim().is_empty())
-                .map(|k| sha256(k.trim())),
-        })
-    }
-
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|k| std::env::var(k).ok())
     }
 
     /// Accepts exactly this admin key.
@@ -204,20 +186,19 @@ mod tests {
             "revoked"
         );
 
-        let none = ApiKeys::from_lookup(|_| None).unwrap();
+        let settings = |vars: &[(&str, &str)]| Settings::for_tests(vars);
+        let none = ApiKeys::from_settings(&settings(&[]).unwrap());
         assert!(none
             .authenticate(Some("Bearer anything"), &store)
             .await
             .is_err());
-        let hashed = ApiKeys::from_lookup(|k| {
-            (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| hex::encode(sha256("k1")))
-        })
-        .unwrap();
+        let hash = hex::encode(sha256("k1"));
+        let hashed =
+            ApiKeys::from_settings(&settings(&[("WEBHOOKS_ADMIN_KEY_SHA256", &hash)]).unwrap());
         assert!(hashed.authenticate(Some("Bearer k1"), &store).await.is_ok());
-        assert!(ApiKeys::from_lookup(
-            |k| (k == "WEBHOOKS_ADMIN_KEY_SHA256").then(|| "zz".to_owned())
-        )
-        .is_err());
+        let plain = ApiKeys::from_settings(&settings(&[("WEBHOOKS_ADMIN_KEY", " k2 ")]).unwrap());
+        assert!(plain.authenticate(Some("Bearer k2"), &store).await.is_ok());
+        assert!(settings(&[("WEBHOOKS_ADMIN_KEY_SHA256", "zz")]).is_err());
         assert!(!format!("{keys:?}").contains("s3cret"));
     }
 }

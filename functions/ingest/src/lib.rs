@@ -76,10 +76,7 @@ mod tests {
         Api {
             store: MemoryStore::default(),
             queue: MemoryQueue::default(),
-            settings: Settings::from_lookup(|k| {
-                (k == "WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS").then(|| "true".to_owned())
-            })
-            .unwrap(),
+            settings: Settings::for_tests(&[("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]).unwrap(),
             keys: ApiKeys::admin("local-admin-key"),
             lookup: Default::default(),
         }

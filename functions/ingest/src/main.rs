@@ -1,5 +1,4 @@
 use hookline_ingest::{Api, ApiKeys};
-use hookline_pipeline::Settings;
 use lambda_http::{service_fn, Error, Request};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -10,8 +9,8 @@ async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
     // Configuration is checked at init (a bad value fails the cold start);
     // the AWS clients are built on the first request (fast init).
-    let settings = Settings::from_env()?;
-    let keys = ApiKeys::from_env()?;
+    let settings = hookline_aws::clients::settings_from_env()?;
+    let keys = ApiKeys::from_settings(&settings);
     let api = OnceCell::new();
     lambda_http::run(service_fn(|request: Request| {
         let (api, settings, keys) = (&api, &settings, &keys);

@@ -45,7 +45,7 @@ fn api() -> Api<MemoryStore, MemoryQueue> {
     Api {
         store: MemoryStore::default(),
         queue: MemoryQueue::default(),
-        settings: Settings::from_lookup(|_| None).expect("settings"),
+        settings: Settings::for_tests(&[]).expect("settings"),
         keys: ApiKeys::admin("fuzz-admin"),
         lookup: Default::default(),
     }

@@ -33,7 +33,7 @@ mod tests {
     #[tokio::test]
     async fn the_scheduled_event_fixture_runs_a_reconciliation() {
         let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
-        let settings = Settings::from_lookup(|_| None).unwrap();
+        let settings = Settings::for_tests(&[]).unwrap();
         let now = Utc::now();
         let at = now - chrono::Duration::hours(2);
         let event = Event::new(

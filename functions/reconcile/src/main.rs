@@ -1,4 +1,3 @@
-use hookline_pipeline::Settings;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use tokio::sync::OnceCell;
 
@@ -6,7 +5,7 @@ use tokio::sync::OnceCell;
 async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
     // Settings checked at init; AWS clients built on the first invocation.
-    let settings = Settings::from_env()?;
+    let settings = hookline_aws::clients::settings_from_env()?;
     let deps = OnceCell::new();
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let (deps, settings) = (&deps, &settings);

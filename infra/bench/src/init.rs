@@ -32,6 +32,7 @@ pub fn lambda_env(runtime_api: &str, extra: &HashMap<String, String>) -> HashMap
             "WEBHOOKS_DLQ_URL",
             "http://127.0.0.1:9/000000000000/hookline-DeadLetterQueue",
         ),
+        ("WEBHOOKS_KMS_KEY_ID", "alias/hookline-SecretsKey"),
         ("RUST_LOG", "info"),
     ]
     .into_iter()

@@ -119,15 +119,15 @@ async fn one_batch(url: &str, concurrency: usize, batch: usize) -> Result<BatchR
         bodies.push(message.to_json());
         store.insert_delivery(delivery);
     }
-    let settings = Settings::from_lookup(|k| match k {
-        "WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS" => Some("true".into()),
-        "WEBHOOKS_DELIVER_CONCURRENCY" => Some(concurrency.to_string()),
+    let concurrency_var = concurrency.to_string();
+    let settings = Settings::for_tests(&[
+        ("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true"),
+        ("WEBHOOKS_DELIVER_CONCURRENCY", &concurrency_var),
         // A serial run needs a function timeout for 10 rounds of POSTs.
-        "WEBHOOKS_DELIVER_FUNCTION_TIMEOUT" => Some("160s".into()),
-        _ => None,
-    })
+        ("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", "160s"),
+    ])
     .map_err(|e| e.to_string())?;
-    let sender = HttpSender::new(true)?;
+    let sender = HttpSender::new(true).map_err(|e| e.to_string())?;
     let deliverer = Deliverer::new(store, MemoryQueue::default(), sender, settings);
     let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
     let cpu0 = thread_cpu();

@@ -57,15 +57,27 @@ use tokio::sync::{watch, Mutex};
 pub enum LocalError {
     #[error("template: {0}")]
     Template(String),
-    #[error("aws: {0}")]
-    Aws(String),
+    /// An AWS call (to moto) failed.
+    #[error("{op} failed")]
+    Aws {
+        op: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// Something the local stack needs is missing or malformed.
+    #[error("{0}")]
+    Setup(String),
+    #[error("settings")]
+    Settings(#[from] hookline_pipeline::settings::ConfigError),
+    #[error("building the HTTP client")]
+    Http(#[from] reqwest::Error),
 }
 
-pub(crate) fn aws_err(op: &str, err: impl std::error::Error) -> LocalError {
-    LocalError::Aws(format!(
-        "{op}: {}",
-        aws_sdk_dynamodb::error::DisplayErrorContext(err)
-    ))
+pub(crate) fn aws_err(op: &str, err: impl std::error::Error + Send + Sync + 'static) -> LocalError {
+    LocalError::Aws {
+        op: op.to_owned(),
+        source: Box::new(err),
+    }
 }
 
 /// An HTTP answer of the API: status, headers, JSON body (`Null` if not JSON).
@@ -144,8 +156,7 @@ impl LocalStack {
             "WEBHOOKS_KMS_KEY_ID".into(),
             pick(&resources.kms_keys, "SecretsKey")?,
         );
-        let settings = Settings::from_lookup(|k| vars.get(k).cloned())
-            .map_err(|e| LocalError::Template(e.to_string()))?;
+        let settings = Settings::from_lookup(|k| vars.get(k).cloned())?;
         // moto loses writes under concurrent transactions: one DynamoDB call at a time.
         let serial = Arc::new(Mutex::new(()));
         let store = DynamoStore::new(
@@ -190,7 +201,7 @@ impl LocalStack {
             pick(&resources.queue_arns, "DeliveryQueue")?,
             &deliver_source,
         );
-        let sender = HttpSender::new(settings.allow_private_endpoints).map_err(LocalError::Aws)?;
+        let sender = HttpSender::new(settings.allow_private_endpoints)?;
         let api = Api {
             store: store.clone(),
             queue: queue.clone(),
@@ -305,7 +316,7 @@ impl LocalStack {
                         .message_body(metadata.to_string())
                         .send()
                         .await
-                        .map_err(|e| LocalError::Aws(format!("on-failure destination: {e}")))?;
+                        .map_err(|e| aws_err("SendMessage (on-failure destination)", e))?;
                 }
             }
             stats
@@ -449,7 +460,7 @@ impl LocalStack {
             )
             .send()
             .await
-            .map_err(|e| LocalError::Aws(e.to_string()))?;
+            .map_err(|e| aws_err("SetQueueAttributes", e))?;
         Ok(())
     }
 }

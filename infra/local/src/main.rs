@@ -96,8 +96,18 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
     hookline_aws::clients::init_tracing();
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %hookline_core::error::Chain(err.as_ref()), "hookline-local failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let print = |v: serde_json::Value| {
         use std::io::Write;
         let _ = writeln!(std::io::stdout(), "{v}");

@@ -63,7 +63,7 @@ impl LocalResources {
                 let key_id = key
                     .key_metadata()
                     .map(|m| m.key_id().to_owned())
-                    .ok_or_else(|| LocalError::Aws("CreateKey returned no key".into()))?;
+                    .ok_or_else(|| LocalError::Setup("CreateKey returned no key".into()))?;
                 clients
                     .kms
                     .create_alias()

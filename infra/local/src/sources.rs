@@ -140,7 +140,7 @@ impl StreamSource {
                 let event: DynamoDbEvent = serde_json::from_value(
                     json!({"Records": chunk.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>()}),
                 )
-                .map_err(|e| LocalError::Aws(format!("building the DynamoDB event: {e}")))?;
+                .map_err(|e| LocalError::Setup(format!("building the DynamoDB event: {e}")))?;
                 let response = handler(event).await;
                 let failed: Vec<String> = response
                     .batch_item_failures
@@ -388,7 +388,7 @@ impl QueueSource {
             return Ok(PollStats::default());
         }
         let event: SqsEvent = serde_json::from_value(self.event_json(&messages))
-            .map_err(|e| LocalError::Aws(format!("building the SQS event: {e}")))?;
+            .map_err(|e| LocalError::Setup(format!("building the SQS event: {e}")))?;
         let response = handler(event).await;
         let failed: Vec<&str> = response
             .batch_item_failures

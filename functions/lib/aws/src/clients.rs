@@ -19,17 +19,13 @@ pub struct Clients {
 }
 
 /// Shared SDK configuration: region and credentials from the environment
-/// (Lambda's, or dummies locally), `AWS_ENDPOINT_URL` honoured (moto), standard
-/// retry mode with 4 attempts and exponential backoff, bounded timeouts.
-pub async fn sdk_config() -> SdkConfig {
+/// (Lambda's, or dummies locally), standard retry mode with 4 attempts and
+/// exponential backoff, bounded timeouts; `endpoint_url` (moto, for `sam
+/// local invoke`: `Settings::aws_endpoint_url`) instead of AWS when given.
+pub async fn sdk_config(endpoint_url: Option<&str>) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    // `WEBHOOKS_AWS_ENDPOINT_URL` (local runs, e.g. sam local invoke against
-    // moto); empty when deployed.
-    if let Some(url) = std::env::var("WEBHOOKS_AWS_ENDPOINT_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-    {
-        loader = loader.endpoint_url(url.trim());
+    if let Some(url) = endpoint_url {
+        loader = loader.endpoint_url(url);
     }
     loader
         .retry_config(
@@ -57,20 +53,6 @@ impl Clients {
             kms: aws_sdk_kms::Client::new(config),
         }
     }
-
-    pub async fn from_env() -> Self {
-        Self::from_config(&sdk_config().await)
-    }
-}
-
-/// Whether DynamoDB calls must be serialised: `WEBHOOKS_SERIALIZE_DYNAMODB=true`
-/// (set by the local stack and tests: moto loses writes under concurrent
-/// transactions).
-pub fn serialize_dynamodb_from_env() -> bool {
-    matches!(
-        std::env::var("WEBHOOKS_SERIALIZE_DYNAMODB").ok().as_deref(),
-        Some("true") | Some("1")
-    )
 }
 
 /// JSON logs (CloudWatch-friendly) filtered by `RUST_LOG` (default `info`).
@@ -82,9 +64,20 @@ pub fn init_tracing() {
         .json()
         .with_env_filter(filter)
         .with_current_span(false)
+        .with_span_list(true)
         .with_target(false)
         .without_time()
         .try_init();
+}
+
+/// The settings from the process environment, read once at init. A
+/// missing or bad variable is logged (naming it) and returned, so the cold
+/// start fails with it instead of running on a silent default.
+pub fn settings_from_env(
+) -> Result<hookline_pipeline::Settings, hookline_pipeline::settings::ConfigError> {
+    hookline_pipeline::Settings::from_env().inspect_err(|err| {
+        tracing::error!(error = %err, "invalid configuration; the function cannot start");
+    })
 }
 
 /// The store and queue for `settings`, on clients from the environment.
@@ -94,13 +87,13 @@ pub fn init_tracing() {
 pub async fn store_and_queue(
     settings: &hookline_pipeline::Settings,
 ) -> (crate::DynamoStore, crate::SqsQueue) {
-    let clients = Clients::from_env().await;
+    let clients = Clients::from_config(&sdk_config(settings.aws_endpoint_url.as_deref()).await);
     let mut store = crate::DynamoStore::new(
         clients.dynamodb.clone(),
         settings.table.clone(),
         settings.retention,
     );
-    if serialize_dynamodb_from_env() {
+    if settings.serialize_dynamodb {
         store = store.serialized(std::sync::Arc::new(tokio::sync::Mutex::new(())));
     }
     if let Some(key) = &settings.kms_key_id {

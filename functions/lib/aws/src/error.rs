@@ -1,6 +1,6 @@
 //! SDK errors -> [`PipelineError`], deciding what is retryable.
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use hookline_pipeline::PipelineError;
 
 /// Service error codes worth retrying (throttling, transient server trouble,
@@ -35,24 +35,26 @@ fn is_retryable<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
 /// A DynamoDB error.
 pub fn store_error<E, R>(operation: &str, err: SdkError<E, R>) -> PipelineError
 where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
 {
     PipelineError::Store {
         retryable: is_retryable(&err),
-        message: format!("{operation}: {}", DisplayErrorContext(&err)),
+        message: operation.to_owned(),
+        source: Some(Box::new(err)),
     }
 }
 
 /// An SQS error.
 pub fn queue_error<E, R>(operation: &str, err: SdkError<E, R>) -> PipelineError
 where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
 {
     PipelineError::Queue {
         retryable: is_retryable(&err),
-        message: format!("{operation}: {}", DisplayErrorContext(&err)),
+        message: operation.to_owned(),
+        source: Some(Box::new(err)),
     }
 }
 

@@ -114,8 +114,9 @@ impl DynamoStore {
                     .and_then(|v| v.as_s().ok())
                     .is_some_and(|s| crate::sealing::is_sealed(s))
                 {
-                    return Err(PipelineError::Config(
-                        "endpoint secrets are sealed but no KMS key is configured (WEBHOOKS_KMS_KEY_ID)".into(),
+                    return Err(PipelineError::Corrupt(
+                        "endpoint secrets are sealed but this store has no KMS key to open them"
+                            .into(),
                     ));
                 }
             }
@@ -401,10 +402,10 @@ impl Store for DynamoStore {
                         None => Ok(CommitOutcome::Contended),
                     }
                 } else {
-                    Err(PipelineError::Store {
-                        message: format!("event transaction cancelled: {reasons:?}"),
-                        retryable: false,
-                    })
+                    Err(PipelineError::store(
+                        format!("event transaction cancelled: {reasons:?}"),
+                        false,
+                    ))
                 }
             }
             Err(TransactFailure::Contended) => Ok(CommitOutcome::Contended),
@@ -457,14 +458,14 @@ impl Store for DynamoStore {
             {
                 Ok(false)
             }
-            Err(TransactFailure::Conditions(reasons)) => Err(PipelineError::Store {
-                message: format!("fan-out transaction cancelled: {reasons:?}"),
-                retryable: true,
-            }),
-            Err(TransactFailure::Contended) => Err(PipelineError::Store {
-                message: "fan-out transaction conflicted with another; retry".into(),
-                retryable: true,
-            }),
+            Err(TransactFailure::Conditions(reasons)) => Err(PipelineError::store(
+                format!("fan-out transaction cancelled: {reasons:?}"),
+                true,
+            )),
+            Err(TransactFailure::Contended) => Err(PipelineError::store(
+                "fan-out transaction conflicted with another; retry",
+                true,
+            )),
             Err(TransactFailure::Other(err)) => Err(err),
         }
     }
@@ -801,8 +802,8 @@ fn condition_to_bool<T, E, R>(
     op: &str,
 ) -> Result<bool>
 where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
 {
     match result {
         Ok(_) => Ok(true),

@@ -94,7 +94,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             .filter_map(|(i, r)| match r {
                 Ok(_) => None,
                 Err(err) => {
-                    tracing::error!(error = %err, retryable = err.is_retryable(), "delivery message failed; left on the queue");
+                    tracing::error!(error = %hookline_core::error::Chain(&err), retryable = err.is_retryable(), "delivery message failed; left on the queue");
                     Some(i)
                 }
             })
@@ -110,7 +110,8 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         self.handle(&message).await
     }
 
-    /// Handles one message.
+    /// Handles one message (one delivery attempt, in its own span).
+    #[tracing::instrument(name = "delivery", skip_all, fields(delivery_id = %message.delivery_id, attempt = message.attempt))]
     pub async fn handle(&self, message: &DeliveryMessage) -> Result<DeliverOutcome, PipelineError> {
         let now = (self.clock)();
         if (message.not_before - now).num_milliseconds() > EARLY_SLACK_MS {
@@ -120,10 +121,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 .send_deliveries(&[(message.clone(), delay)])
                 .await?;
             if !failed.is_empty() {
-                return Err(PipelineError::Queue {
-                    message: "re-queue of a not-yet-due message was refused".into(),
-                    retryable: true,
-                });
+                return Err(PipelineError::queue(
+                    "re-queue of a not-yet-due message was refused",
+                    true,
+                ));
             }
             tracing::debug!(delivery_id = %message.delivery_id, delay_seconds = delay, "not due yet; re-queued");
             return Ok(DeliverOutcome::NotDue);
@@ -269,6 +270,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             "attempt recorded"
         );
         metrics::emit(
+            self.settings.emf_metrics,
             "deliver",
             match outcome {
                 DeliverOutcome::Delivered => Outcome::Succeeded,

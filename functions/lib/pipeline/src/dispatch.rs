@@ -71,6 +71,7 @@ pub async fn queue_pending<Q: Queue>(
 /// Materialises the remaining fan-out of an event, chunk by chunk, each chunk
 /// in one transaction guarded by the event's fan-out version. Idempotent: a
 /// repeated or concurrent run finds the version moved on and stops.
+#[tracing::instrument(name = "fanout", skip_all, fields(event_id = %event_id))]
 pub async fn materialise_fanout<S: Store>(
     store: &S,
     event_id: &EventId,

@@ -3,6 +3,9 @@
 use hookline_core::CoreError;
 use thiserror::Error;
 
+/// A boxed cause, kept for logs (`hookline_core::error::Chain`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 #[derive(Debug, Error)]
 pub enum PipelineError {
     /// Bad input from a caller: a 4xx at the API edge, never retried.
@@ -15,18 +18,46 @@ pub enum PipelineError {
     Conflict(String),
     /// The store (DynamoDB) failed; `retryable` says whether trying again may help.
     #[error("store error: {message}")]
-    Store { message: String, retryable: bool },
+    Store {
+        message: String,
+        retryable: bool,
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The queue (SQS) failed.
     #[error("queue error: {message}")]
-    Queue { message: String, retryable: bool },
+    Queue {
+        message: String,
+        retryable: bool,
+        #[source]
+        source: Option<BoxError>,
+    },
     /// A stored record could not be decoded.
     #[error("corrupt record: {0}")]
     Corrupt(String),
-    #[error("configuration: {0}")]
-    Config(String),
+    #[error("configuration")]
+    Config(#[from] crate::settings::ConfigError),
 }
 
 impl PipelineError {
+    /// A store failure with no underlying error to keep.
+    pub fn store(message: impl Into<String>, retryable: bool) -> Self {
+        Self::Store {
+            message: message.into(),
+            retryable,
+            source: None,
+        }
+    }
+
+    /// A queue failure with no underlying error to keep.
+    pub fn queue(message: impl Into<String>, retryable: bool) -> Self {
+        Self::Queue {
+            message: message.into(),
+            retryable,
+            source: None,
+        }
+    }
+
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
         Self::Invalid {
             code,

@@ -113,10 +113,7 @@ impl Store for MemoryStore {
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         let mut s = lock(&self.state);
         if s.endpoints.contains_key(&endpoint.id) {
-            return Err(crate::PipelineError::Store {
-                message: "endpoint exists".into(),
-                retryable: false,
-            });
+            return Err(crate::PipelineError::store("endpoint exists", false));
         }
         s.endpoints.insert(endpoint.id.clone(), endpoint.clone());
         Ok(())
@@ -245,10 +242,7 @@ impl Store for MemoryStore {
         let mut s = lock(&self.state);
         if s.failing_delivery_reads > 0 {
             s.failing_delivery_reads -= 1;
-            return Err(crate::PipelineError::Store {
-                message: "injected read failure".into(),
-                retryable: true,
-            });
+            return Err(crate::PipelineError::store("injected read failure", true));
         }
         Ok(s.deliveries.get(id).cloned())
     }

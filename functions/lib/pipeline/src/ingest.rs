@@ -155,10 +155,10 @@ pub async fn ingest<S: Store>(
             }
         }
     }
-    Err(PipelineError::Store {
-        message: "the event transaction kept conflicting with concurrent requests; retry".into(),
-        retryable: true,
-    })
+    Err(PipelineError::store(
+        "the event transaction kept conflicting with concurrent requests; retry",
+        true,
+    ))
 }
 
 /// Commits tried before a contended ingest gives up (retryable, 503).
@@ -231,7 +231,7 @@ mod tests {
     use rand::SeedableRng;
 
     fn settings() -> Settings {
-        Settings::from_lookup(|_| None).unwrap()
+        Settings::for_tests(&[]).unwrap()
     }
 
     const BODY: &[u8] = br#"{"event_type":"order.paid","payload":{"n":1}}"#;

@@ -55,25 +55,18 @@ pub fn emf_line(
     .to_string()
 }
 
-/// Whether EMF lines are written: inside Lambda (`AWS_LAMBDA_FUNCTION_NAME`
-/// set) or when `WEBHOOKS_EMF_METRICS=true`.
-fn enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| {
-        std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some()
-            || std::env::var("WEBHOOKS_EMF_METRICS").is_ok_and(|v| v == "true")
-    })
-}
-
 /// Writes the EMF line to stdout (one write, so lines never interleave).
+/// Does nothing unless `enabled` (`Settings::emf_metrics`: inside Lambda,
+/// or `WEBHOOKS_EMF_METRICS=true`).
 pub fn emit(
+    enabled: bool,
     function: &str,
     outcome: Outcome,
     latency_ms: u64,
     delivery_id: &str,
     endpoint_id: &str,
 ) {
-    if !enabled() {
+    if !enabled {
         return;
     }
     let mut line = emf_line(function, outcome, latency_ms, delivery_id, endpoint_id);

@@ -45,6 +45,7 @@ pub struct ReconcileReport {
 }
 
 /// One reconciler run at `now`.
+#[tracing::instrument(name = "reconcile", skip_all)]
 pub async fn reconcile<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
@@ -52,7 +53,7 @@ pub async fn reconcile<S: Store, Q: Queue>(
     now: DateTime<Utc>,
 ) -> Result<ReconcileReport, PipelineError> {
     let after = chrono::Duration::from_std(settings.reconcile_after)
-        .map_err(|e| PipelineError::Config(format!("WEBHOOKS_RECONCILE_AFTER: {e}")))?;
+        .expect("WEBHOOKS_RECONCILE_AFTER is validated at init to a few minutes");
     let cutoff = now - after;
     let entries = store.overdue(cutoff, MAX_PER_RUN).await?;
     let mut report = ReconcileReport {
@@ -88,7 +89,7 @@ pub async fn reconcile<S: Store, Q: Queue>(
             }),
         };
         if let Err(err) = outcome {
-            tracing::error!(entry = ?entry, error = %err, "reconciling an overdue entry failed");
+            tracing::error!(entry = ?entry, error = %hookline_core::error::Chain(&err), "reconciling an overdue entry failed");
             report.errors += 1;
             first_error.get_or_insert(err);
         }
@@ -104,6 +105,7 @@ pub async fn reconcile<S: Store, Q: Queue>(
     }
 }
 
+#[tracing::instrument(skip_all, fields(delivery_id = %delivery.id))]
 async fn requeue_if_overdue<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
@@ -130,10 +132,10 @@ async fn requeue_if_overdue<S: Store, Q: Queue>(
     let refused = queue.send_deliveries(&[pair]).await?;
     if !refused.is_empty() {
         // Overdue again one period from now: the next run tries again.
-        return Err(PipelineError::Queue {
-            message: format!("re-queue of {} refused", delivery.id),
-            retryable: true,
-        });
+        return Err(PipelineError::queue(
+            format!("re-queue of {} refused", delivery.id),
+            true,
+        ));
     }
     tracing::warn!(
         delivery_id = %delivery.id,
@@ -155,7 +157,7 @@ mod tests {
     use serde_json::value::RawValue;
 
     fn settings() -> Settings {
-        Settings::from_lookup(|k| (k == "WEBHOOKS_RECONCILE_AFTER").then(|| "15m".into())).unwrap()
+        Settings::for_tests(&[("WEBHOOKS_RECONCILE_AFTER", "15m")]).unwrap()
     }
 
     fn event(at: DateTime<Utc>) -> Event {

@@ -96,6 +96,7 @@ pub const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// Drains up to `request.max_messages` DLQ messages, stopping in time to
 /// answer within `budget` (the caller's own time limit, less a margin).
+#[tracing::instrument(name = "redrive", skip_all, fields(dry_run = request.dry_run))]
 pub async fn redrive<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
@@ -160,6 +161,7 @@ pub async fn redrive<S: Store, Q: Queue>(
     Ok(report)
 }
 
+#[tracing::instrument(name = "dlq_entry", skip_all)]
 async fn handle_entry<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
@@ -236,10 +238,7 @@ async fn handle_entry<S: Store, Q: Queue>(
             if let Some(pair) = message_for(&delivery, now) {
                 let failed = queue.send_deliveries(&[pair]).await?;
                 if !failed.is_empty() {
-                    return Err(PipelineError::Queue {
-                        message: "re-queue refused".into(),
-                        retryable: true,
-                    });
+                    return Err(PipelineError::queue("re-queue refused", true));
                 }
             }
             report.requeued += 1;

@@ -187,12 +187,12 @@ pub struct HttpSender {
 
 impl HttpSender {
     /// Builds the client once (connection pool shared by every delivery).
-    pub fn new(allow_private: bool) -> Result<Self, String> {
+    pub fn new(allow_private: bool) -> Result<Self, reqwest::Error> {
         Self::with_lookup(allow_private, Lookup::system())
     }
 
     /// [`Self::new`] resolving names through `lookup`.
-    pub fn with_lookup(allow_private: bool, lookup: Lookup) -> Result<Self, String> {
+    pub fn with_lookup(allow_private: bool, lookup: Lookup) -> Result<Self, reqwest::Error> {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -201,7 +201,7 @@ impl HttpSender {
         if !allow_private {
             builder = builder.dns_resolver(Arc::new(GuardedResolver(lookup)));
         }
-        let client = builder.build().map_err(|e| e.to_string())?;
+        let client = builder.build()?;
         Ok(Self {
             client,
             allow_private,
