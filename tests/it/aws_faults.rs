@@ -16,7 +16,7 @@ use axum::Router;
 use hookline_local::{LocalConfig, LocalStack};
 use hookline_tests::moto::Moto;
 use hookline_tests::receiver::Receiver;
-use hookline_tests::{record_figures, workspace_root};
+use hookline_tests::{event_id, record_figures, workspace_root};
 use rand::Rng;
 use serde_json::json;
 
@@ -169,7 +169,7 @@ async fn proxied_stack(moto: &Moto, env: &[(&str, &str)]) -> (LocalStack, Arc<Pr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
-    let moto = Moto::start();
+    let moto = hookline_tests::moto::start();
     let (stack, proxy) = proxied_stack(&moto, &[("WEBHOOKS_RETRY_SCHEDULE", "1s")]).await;
     let receiver = Receiver::healthy().await;
     let (status, _, ep) = stack
@@ -209,7 +209,7 @@ async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
         }
         let body = accepted.unwrap_or_else(|| panic!("event {i} never accepted"));
         assert!(body.to_string().len() < 10_000);
-        event_ids.push(body["event_id"].as_str().expect("event id").to_owned());
+        event_ids.push(event_id(&body));
         if i % 20 == 19 {
             let _ = stack.pump().await;
         }
@@ -246,7 +246,7 @@ async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
 /// retries or replays, never answers 5xx, and writes the event once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_conflict_is_retried_never_a_5xx() {
-    let moto = Moto::start();
+    let moto = hookline_tests::moto::start();
     let (stack, proxy) = proxied_stack(&moto, &[]).await;
     let receiver = Receiver::healthy().await;
     let (status, _, _) = stack

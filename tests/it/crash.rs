@@ -2,6 +2,7 @@
 //! moments, mid-batch, and restarted on the same moto state. Nothing is lost;
 //! duplicates at the receiver are counted and reported.
 
+use hookline_tests::delivery_ids as accepted_ids;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -67,13 +68,7 @@ async fn sigkilled_worker_loses_nothing() {
             )
             .await;
         assert_eq!(status, 202, "{body}");
-        delivery_ids.extend(
-            body["delivery_ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_owned()),
-        );
+        delivery_ids.extend(accepted_ids(&body));
     }
     let expected = delivery_ids.len();
     assert_eq!(expected, EVENTS * 2);

@@ -2,6 +2,7 @@
 //! receiver can misbehave ends in the right state with the right attempt
 //! log, in bounded time, reading at most 1 KiB of any response.
 
+use hookline_tests::first_delivery;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -242,10 +243,7 @@ async fn every_receiver_fault_ends_in_the_right_state() {
             .send_event(&app, "order.paid", json!({"case": case.name}), None)
             .await;
         assert_eq!(status, 202, "{}: {body}", case.name);
-        ids.push((
-            endpoint,
-            body["delivery_ids"][0].as_str().expect("id").to_owned(),
-        ));
+        ids.push((endpoint, first_delivery(&body)));
     }
     let settled = stack
         .pump_until(Duration::from_secs(120), || async {

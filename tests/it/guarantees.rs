@@ -2,6 +2,7 @@
 //! corrupted, duplicated in bursts or stuck, each shown closed against moto
 //! (real SDK clients and wire protocols) and real loopback receivers.
 
+use hookline_tests::{delivery_ids, event_id, first_delivery, secret_of};
 use std::time::Duration;
 
 use hookline_core::ids::AppId;
@@ -52,7 +53,7 @@ async fn payload_reaches_the_receiver_byte_for_byte() {
         )
         .await;
     assert_eq!(status, 202, "{body}");
-    let delivery_id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let delivery_id = first_delivery(&body);
     let delivered = stack
         .pump_until_all(
             std::slice::from_ref(&delivery_id),
@@ -109,7 +110,7 @@ async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
     assert_eq!(status, 202);
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
     // Attempt 1 fails; the retry is scheduled (1 s) and queued by dispatch.
     assert!(
         stack
@@ -176,12 +177,7 @@ async fn reconciler_recovers_dropped_stream_records_and_fanouts() {
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
     assert_eq!(status, 202);
-    let inline: Vec<String> = body["delivery_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_owned())
-        .collect();
+    let inline: Vec<String> = delivery_ids(&body);
     // ... and one whose whole fan-out was deferred (as for > 98 endpoints),
     // committed through the same store.
     let app = AppId::parse("shop").unwrap();
@@ -300,7 +296,7 @@ async fn an_expired_idempotency_key_can_be_reused_at_once() {
         .send_event("shop", "order.paid", json!({"n": 2}), Some("order-7"))
         .await;
     assert_eq!(status, 202, "{reused}");
-    assert_ne!(reused["event_id"], first["event_id"]);
+    assert_ne!(event_id(&reused), event_id(&first));
     // And the new record is live: a replay answers the new body.
     let (status, replay) = stack
         .send_event("shop", "order.paid", json!({"n": 2}), Some("order-7"))
@@ -326,8 +322,8 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     let (_, body) = stack
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
-    let event_id = body["event_id"].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
+    let event_id = event_id(&body);
     let pk = format!("DLV#{id}");
     let item = raw_item(&stack, &pk, "DLV").await.unwrap();
     assert!(
@@ -432,7 +428,7 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(now.secret.expose(), rotated["secret"].as_str().unwrap());
+    assert_eq!(now.secret.expose(), secret_of(&rotated).as_str());
     assert_ne!(now.secret.expose(), secret);
     // Through the API a PATCH re-reads and lands on top of the rotation.
     let (status, _, _) = stack
@@ -452,7 +448,7 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
         .unwrap();
     assert_eq!(
         (now.description.as_deref(), now.secret.expose()),
-        (Some("fresh"), rotated["secret"].as_str().unwrap())
+        (Some("fresh"), secret_of(&rotated).as_str())
     );
 
     // PATCH racing the 410 auto-disable: the stale "enabled" copy loses.
@@ -522,7 +518,7 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
     let (_, body) = stack
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
     let stale_read = stack.delivery(&id).await;
     assert_eq!(stale_read.endpoint_id.as_str(), ep2);
     assert!(
@@ -585,7 +581,7 @@ async fn endpoint_secrets_are_sealed_at_rest() {
         )
         .await;
     assert_eq!(status, 200);
-    let new_secret = rotated["secret"].as_str().unwrap().to_owned();
+    let new_secret = secret_of(&rotated);
     let item = raw_item(&stack, "APP#shop", &format!("EP#{ep}"))
         .await
         .unwrap();
@@ -623,7 +619,7 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     let (_, body) = stack
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
     assert!(
         stack
             .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
@@ -745,7 +741,7 @@ async fn a_delivery_in_a_stream_batch_dropped_for_a_poison_record_still_arrives(
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
     assert_eq!(status, 202);
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
     let mut dropped = 0;
     for _ in 0..60 {
         let (stream, _) = stack.pump().await;

@@ -2,6 +2,7 @@
 //! The demo completes with every delivery accounted for; without `--demo` the
 //! stack serves the API until SIGTERM and then stops cleanly, moto included.
 
+use hookline_tests::{first_delivery, secret_of};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -123,7 +124,7 @@ fn stack_serves_the_api_and_stops_cleanly_on_sigterm() {
             .json()
             .await
             .unwrap();
-        receiver.set_secret(created["secret"].as_str().unwrap());
+        receiver.set_secret(secret_of(&created).as_str());
         let accepted = http
             .post(format!("{base}/v1/apps/shop/events"))
             .bearer_auth("k-local")
@@ -133,7 +134,7 @@ fn stack_serves_the_api_and_stops_cleanly_on_sigterm() {
             .unwrap();
         assert_eq!(accepted.status().as_u16(), 202);
         let accepted: serde_json::Value = accepted.json().await.unwrap();
-        let id = accepted["delivery_ids"][0].as_str().unwrap().to_owned();
+        let id = first_delivery(&accepted);
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut status = String::new();
         while Instant::now() < deadline {

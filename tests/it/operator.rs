@@ -2,6 +2,12 @@
 //! of an endpoint's failed deliveries, time-range filters, the DLQ status,
 //! and the OpenAPI document / dashboard routes.
 
+use hookline_ingest::views::{
+    ApiKeyList, ApiKeyOut, DeliveryList, DlqStatus, EndpointList, EndpointOut,
+};
+use hookline_pipeline::ingest::IngestResponse;
+use hookline_pipeline::recover::RecoverReport;
+use hookline_tests::{error_code, first_delivery, view};
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
@@ -41,10 +47,8 @@ async fn new_key(stack: &Stack, app: &str) -> (String, String) {
         )
         .await;
     assert_eq!(status, 201, "{body}");
-    (
-        body["id"].as_str().expect("key id").to_owned(),
-        body["key"].as_str().expect("key").to_owned(),
-    )
+    let created: ApiKeyOut = view(&body);
+    (created.id, created.key.expect("the key, once"))
 }
 
 fn rfc3339(t: chrono::DateTime<Utc>) -> String {
@@ -68,7 +72,7 @@ async fn app_keys_never_reach_another_app() {
     )
     .await;
     assert_eq!(status, 201, "{acme_ep}");
-    let acme_ep = acme_ep["id"].as_str().unwrap().to_owned();
+    let acme_ep = view::<EndpointOut>(&acme_ep).id;
     let (status, accepted) = call_as(
         &stack,
         &acme_key,
@@ -78,8 +82,8 @@ async fn app_keys_never_reach_another_app() {
     )
     .await;
     assert_eq!(status, 202, "{accepted}");
-    let acme_event = accepted["event_id"].as_str().unwrap().to_owned();
-    let acme_delivery = accepted["delivery_ids"][0].as_str().unwrap().to_owned();
+    let acme_event = view::<IngestResponse>(&accepted).event_id.to_string();
+    let acme_delivery = first_delivery(&accepted);
     let (status, globex_ep) = call_as(
         &stack,
         &globex_key,
@@ -89,7 +93,7 @@ async fn app_keys_never_reach_another_app() {
     )
     .await;
     assert_eq!(status, 201);
-    let globex_ep = globex_ep["id"].as_str().unwrap().to_owned();
+    let globex_ep = view::<EndpointOut>(&globex_ep).id;
 
     // acme's key on every globex route: 403, and nothing changes.
     let globex_routes: Vec<(&str, String, Option<Value>)> = vec![
@@ -145,7 +149,7 @@ async fn app_keys_never_reach_another_app() {
     for (method, path, body) in &globex_routes {
         let (status, err) = call_as(&stack, &acme_key, method, path, body.clone()).await;
         assert_eq!(
-            (status, err["error"]["code"].as_str()),
+            (status, error_code(&err).as_deref()),
             (403, Some("forbidden")),
             "{method} {path}: {err}"
         );
@@ -177,15 +181,14 @@ async fn app_keys_never_reach_another_app() {
         None,
     )
     .await;
-    let ids: Vec<&str> = listed["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
+    let ids: Vec<String> = view::<EndpointList>(&listed)
+        .items
+        .into_iter()
+        .map(|e| e.id)
         .collect();
     assert_eq!(
         ids,
-        vec![globex_ep.as_str()],
+        vec![globex_ep.clone()],
         "globex unchanged by acme's key"
     );
     let (status, _) = call_as(
@@ -201,8 +204,9 @@ async fn app_keys_never_reach_another_app() {
     // Keys are listed without the key or its hash; revoking is immediate.
     let (status, _, keys) = stack.call("GET", "/v1/apps/acme/api-keys", None, &[]).await;
     assert_eq!(status, 200);
-    assert_eq!(keys["items"].as_array().unwrap().len(), 1);
-    assert!(keys["items"][0].get("key").is_none());
+    let listed: ApiKeyList = view(&keys);
+    assert_eq!(listed.items.len(), 1);
+    assert!(listed.items[0].key.is_none());
     let secret_part = acme_key.split_once('.').unwrap().1;
     assert!(!keys.to_string().contains(secret_part));
     let (status, _, _) = stack
@@ -216,7 +220,7 @@ async fn app_keys_never_reach_another_app() {
     assert_eq!(status, 204);
     let (status, err) = call_as(&stack, &acme_key, "GET", "/v1/apps/acme/endpoints", None).await;
     assert_eq!(
-        (status, err["error"]["code"].as_str()),
+        (status, error_code(&err).as_deref()),
         (401, Some("unauthorized"))
     );
     assert!(!err.to_string().contains(secret_part));
@@ -242,7 +246,7 @@ async fn bulk_recover_and_time_range_filters() {
             .send_event("shop", "order.paid", json!({"i": i}), None)
             .await;
         assert_eq!(status, 202);
-        ids.push(body["delivery_ids"][0].as_str().unwrap().to_owned());
+        ids.push(first_delivery(&body));
     }
     let end = Utc::now() + chrono::Duration::milliseconds(1);
     assert!(
@@ -267,7 +271,7 @@ async fn bulk_recover_and_time_range_filters() {
             let path = format!("/v1/apps/shop/deliveries?{q}");
             let (status, _, body) = stack.call("GET", &path, None, &[]).await;
             assert_eq!(status, 200, "{path}: {body}");
-            body["items"].as_array().unwrap().len()
+            view::<DeliveryList>(&body).items.len()
         }
     };
     let (a, b) = (rfc3339(start), rfc3339(end));
@@ -288,14 +292,9 @@ async fn bulk_recover_and_time_range_filters() {
     for _ in 0..4 {
         let path = format!("/v1/apps/shop/deliveries?limit=2&created_after={a}{cursor}");
         let (_, _, page) = stack.call("GET", &path, None, &[]).await;
-        seen.extend(
-            page["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d["id"].as_str().unwrap().to_owned()),
-        );
-        match page["next_cursor"].as_str() {
+        let page: DeliveryList = view(&page);
+        seen.extend(page.items.into_iter().map(|d| d.id));
+        match page.next_cursor {
             Some(c) => cursor = format!("&cursor={c}"),
             None => break,
         }
@@ -312,7 +311,7 @@ async fn bulk_recover_and_time_range_filters() {
             .call("GET", &format!("/v1/apps/shop/deliveries?{bad}"), None, &[])
             .await;
         assert_eq!(
-            (status, err["error"]["code"].as_str()),
+            (status, error_code(&err).as_deref()),
             (400, Some("invalid_query")),
             "{bad}: {err}"
         );
@@ -326,15 +325,15 @@ async fn bulk_recover_and_time_range_filters() {
         .call("POST", &recover, Some(json!({"since": "not a time"})), &[])
         .await;
     assert_eq!(
-        (status, err["error"]["code"].as_str()),
+        (status, error_code(&err).as_deref()),
         (400, Some("invalid_body"))
     );
     let (status, _, report) = stack
         .call("POST", &recover, Some(json!({"since": a})), &[])
         .await;
     assert_eq!(status, 202, "{report}");
-    assert_eq!(report["recovered"], 5, "{report}");
-    assert_eq!(report["complete"], true);
+    let report: RecoverReport = view(&report);
+    assert_eq!((report.recovered, report.complete), (5, true), "{report:?}");
     assert!(
         stack
             .pump_until(T, || async {
@@ -352,7 +351,11 @@ async fn bulk_recover_and_time_range_filters() {
     let (_, _, again) = stack
         .call("POST", &recover, Some(json!({"since": a})), &[])
         .await;
-    assert_eq!(again["recovered"], 0, "nothing failed is left: {again}");
+    assert_eq!(
+        view::<RecoverReport>(&again).recovered,
+        0,
+        "nothing failed is left: {again}"
+    );
     let detail = stack.delivery(&ids[0]).await;
     assert_eq!(detail.manual_retries, 1);
     assert_eq!(detail.total_attempts, 2);
@@ -360,7 +363,7 @@ async fn bulk_recover_and_time_range_filters() {
     // The DLQ status route answers the admin key.
     let (status, _, dlq) = stack.call("GET", "/v1/dlq", None, &[]).await;
     assert_eq!(status, 200, "{dlq}");
-    assert!(dlq["depth"].is_u64());
+    view::<DlqStatus>(&dlq);
 
     // The public routes need no key.
     let (status, _, doc) = stack.raw_call("GET", "/openapi.json", &[], None).await;

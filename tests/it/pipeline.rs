@@ -2,6 +2,8 @@
 //! DynamoDB, Streams and SQS protocols), real HTTP receivers on loopback, the
 //! four functions' handlers fed by the local event-source poller.
 
+use hookline_ingest::views::DeliveryList;
+use hookline_tests::{delivery_ids, error_code, event_id, first_delivery, secret_of, view};
 use std::time::Duration;
 
 use hookline_core::model::DeliveryStatus;
@@ -30,8 +32,8 @@ async fn happy_path_delivers_signed_body_with_both_schemes() {
         )
         .await;
     assert_eq!(status, 202, "{body}");
-    let delivery_id = body["delivery_ids"][0].as_str().unwrap().to_owned();
-    assert!(body["event_id"].as_str().unwrap().starts_with("evt_"));
+    let delivery_id = first_delivery(&body);
+    assert!(event_id(&body).as_str().starts_with("evt_"));
 
     let delivered = stack
         .pump_until(T, || async {
@@ -114,7 +116,7 @@ async fn flaky_receiver_is_delivered_on_attempt_three_with_identical_bodies() {
     let (_, body) = stack
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
 
     assert!(
         stack
@@ -157,7 +159,7 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
     let (_, body) = stack
         .send_event("shop", "invoice.created", json!({"invoice": "inv_1"}), None)
         .await;
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
 
     assert!(
         stack
@@ -271,11 +273,7 @@ async fn retry_after_is_respected_and_timeouts_and_refused_connections_are_retri
     let (_, a) = stack.send_event("a", "x.y", json!({}), None).await;
     let (_, b) = stack.send_event("b", "x.y", json!({}), None).await;
     let (_, c) = stack.send_event("c", "x.y", json!({}), None).await;
-    let (a, b, c) = (
-        a["delivery_ids"][0].as_str().unwrap().to_owned(),
-        b["delivery_ids"][0].as_str().unwrap().to_owned(),
-        c["delivery_ids"][0].as_str().unwrap().to_owned(),
-    );
+    let (a, b, c) = (first_delivery(&a), first_delivery(&b), first_delivery(&c));
     let done = stack
         .pump_until(T, || async {
             status_of(&stack, &a).await == DeliveryStatus::Delivered
@@ -360,7 +358,7 @@ async fn idempotency_subscriptions_and_disabled_endpoints() {
     assert_eq!((s1, s2), (202, 202));
     assert_eq!(first, second, "same key -> same response");
     assert_eq!(
-        first["delivery_ids"].as_array().unwrap().len(),
+        delivery_ids(&first).len(),
         1,
         "only the order.* endpoint subscribes"
     );
@@ -369,9 +367,9 @@ async fn idempotency_subscriptions_and_disabled_endpoints() {
         .send_event("shop", "order.paid", json!({"id": 2}), Some("key-1"))
         .await;
     assert_eq!(s3, 409, "{err}");
-    assert_eq!(err["error"]["code"], "conflict");
+    assert_eq!(error_code(&err).as_deref(), Some("conflict"));
 
-    let id = first["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&first);
     assert!(
         stack
             .pump_until(T, || async {
@@ -461,7 +459,7 @@ async fn bad_input_gets_clear_4xx_and_writes_nothing() {
     for (method, path, body, want, code) in cases {
         let (status, _, json) = stack.call(method, path, body.clone(), &[]).await;
         assert_eq!(status, want, "{method} {path} {body:?} -> {json}");
-        assert_eq!(json["error"]["code"], code, "{json}");
+        assert_eq!(error_code(&json).as_deref(), Some(code), "{json}");
     }
     // No key, wrong key.
     let request =
@@ -512,19 +510,14 @@ async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times
         )
         .await;
     assert_eq!(status, 202, "{body}");
-    let ids: Vec<String> = body["delivery_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_owned())
-        .collect();
+    let ids: Vec<String> = delivery_ids(&body);
     assert_eq!(ids.len(), 250);
     let mut unique = ids.clone();
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), 250);
     // The event committed with 98 deliveries inline and the rest as its fan-out list.
-    let event_id = hookline_core::ids::EventId::parse(body["event_id"].as_str().unwrap()).unwrap();
+    let event_id = hookline_core::ids::EventId::parse(event_id(&body).as_str()).unwrap();
     let stored = hookline_pipeline::ports::Store::get_event(&stack.store, &event_id)
         .await
         .unwrap()
@@ -582,23 +575,13 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         let (_, body) = stack
             .send_event("ops", "order.paid", json!({"i": i}), None)
             .await;
-        all.extend(
-            body["delivery_ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_owned()),
-        );
+        all.extend(delivery_ids(&body));
     }
     let (_, user) = stack
         .send_event("ops", "user.created", json!({}), None)
         .await;
-    assert_eq!(
-        user["delivery_ids"].as_array().unwrap().len(),
-        1,
-        "only the unfiltered endpoint"
-    );
-    all.push(user["delivery_ids"][0].as_str().unwrap().to_owned());
+    assert_eq!(delivery_ids(&user).len(), 1, "only the unfiltered endpoint");
+    all.push(first_delivery(&user));
     assert_eq!(all.len(), 7);
     let settled = stack
         .pump_until(T, || async {
@@ -619,40 +602,28 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         async move {
             let (status, _, body) = stack.call("GET", &path, None, &[]).await;
             assert_eq!(status, 200, "{path}: {body}");
-            body
+            view::<DeliveryList>(&body)
         }
     };
-    assert_eq!(list("").await["items"].as_array().unwrap().len(), 7);
+    assert_eq!(list("").await.items.len(), 7);
     let failed = list("?status=failed").await;
-    assert_eq!(failed["items"].as_array().unwrap().len(), 3);
-    assert!(failed["items"]
-        .as_array()
-        .unwrap()
+    assert_eq!(failed.items.len(), 3);
+    assert!(failed
+        .items
         .iter()
-        .all(|d| d["status"] == "failed" && d["endpoint_id"] == bad_id.as_str()));
+        .all(|d| d.status == "failed" && d.endpoint_id == bad_id));
     assert_eq!(
-        list(&format!("?endpoint_id={good_id}")).await["items"]
-            .as_array()
-            .unwrap()
-            .len(),
+        list(&format!("?endpoint_id={good_id}")).await.items.len(),
         4
     );
-    assert_eq!(
-        list("?event_type=user.created").await["items"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(list("?event_type=user.created").await.items.len(), 1);
     // Pagination: 3 pages of at most 3, newest first, no repeats, no gaps.
     let mut seen = Vec::new();
     let mut cursor = String::new();
     for _ in 0..5 {
         let page = list(&format!("?limit=3{cursor}")).await;
-        for d in page["items"].as_array().unwrap() {
-            seen.push(d["id"].as_str().unwrap().to_owned());
-        }
-        match page["next_cursor"].as_str() {
+        seen.extend(page.items.into_iter().map(|d| d.id));
+        match page.next_cursor {
             Some(c) => cursor = format!("&cursor={c}"),
             None => break,
         }
@@ -666,13 +637,13 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         .call("GET", "/v1/apps/ops/deliveries?limit=0", None, &[])
         .await;
     assert_eq!(
-        (status, err["error"]["code"].as_str()),
+        (status, error_code(&err).as_deref()),
         (400, Some("invalid_query"))
     );
 
     // Retry one failed delivery: 202, then 409 while it is no longer failed.
     bad.set_fallback(Reply::Status(200));
-    let target = failed["items"][0]["id"].as_str().unwrap().to_owned();
+    let target = failed.items[0].id.clone();
     let (status, _, body) = stack
         .call(
             "POST",
@@ -691,7 +662,7 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         )
         .await;
     assert_eq!(
-        (status, body["error"]["code"].as_str()),
+        (status, error_code(&body).as_deref()),
         (409, Some("not_failed"))
     );
     assert!(
@@ -734,12 +705,12 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         )
         .await;
     assert_eq!(status, 200);
-    let new_secret = rotated["secret"].as_str().unwrap().to_owned();
+    let new_secret = secret_of(&rotated);
     assert_ne!(new_secret, good_secret);
     let (_, body) = stack
         .send_event("ops", "user.created", json!({"after": "rotation"}), None)
         .await;
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
     assert!(
         stack
             .pump_until(T, || async {
@@ -761,7 +732,7 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
     let (_, body) = stack
         .send_event("ops", "user.created", json!({"n": 2}), None)
         .await;
-    let id = body["delivery_ids"][0].as_str().unwrap().to_owned();
+    let id = first_delivery(&body);
     assert!(
         stack
             .pump_until(T, || async {
@@ -800,7 +771,7 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         )
         .await;
     assert_eq!(
-        (status, err["error"]["code"].as_str()),
+        (status, error_code(&err).as_deref()),
         (400, Some("invalid_url"))
     );
     assert_eq!(

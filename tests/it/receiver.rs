@@ -8,12 +8,11 @@ use std::time::Duration;
 use hookline_aws::seen::DynamoSeenStore;
 use hookline_core::signing::{sign, Schemes, Secret};
 use hookline_local::clients::{function_clients, local_sdk_config};
-use hookline_tests::moto::Moto;
 use hookline_verify::{Claim, Receiver, SeenStore, Verifier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_seen_store_and_receiver_process_once() {
-    let moto = Moto::start();
+    let moto = hookline_tests::moto::start();
     let clients = function_clients(&local_sdk_config(&moto.url).await, None);
     DynamoSeenStore::create_table(&clients.dynamodb, "receiver-seen")
         .await
@@ -21,7 +20,7 @@ async fn dynamodb_seen_store_and_receiver_process_once() {
     // moto is not safe under concurrent writes; on DynamoDB the conditional put
     // alone makes claims atomic.
     let store = DynamoSeenStore::new(clients.dynamodb.clone(), "receiver-seen")
-        .serialized(Arc::new(tokio::sync::Mutex::new(())));
+        .serialized(hookline_aws::serial::Serial::one_at_a_time());
 
     assert_eq!(
         store.claim("m1", Duration::from_secs(60)).await.unwrap(),

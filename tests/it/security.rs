@@ -3,6 +3,7 @@
 //! with a loopback listener proving no connection was made), redirects not
 //! followed, and no secret in the logs of a full local-stack run.
 
+use hookline_tests::{error_code, secret_of};
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
@@ -135,7 +136,7 @@ async fn ssrf_vectors_are_blocked_at_registration_and_at_send() {
                 &[],
             )
             .await;
-        let at_registration = status == 400 && body["error"]["code"] == "invalid_url";
+        let at_registration = status == 400 && error_code(&body).as_deref() == Some("invalid_url");
         let result = sender
             .send(OutgoingRequest {
                 url,
@@ -311,7 +312,7 @@ async fn no_secret_in_the_logs_of_a_full_run() {
         None,
     )
     .await;
-    secrets.push(rotated["secret"].as_str().expect("secret").to_owned());
+    secrets.push(secret_of(&rotated));
     let (_, key) = call(
         reqwest::Method::POST,
         "/v1/apps/s/api-keys".into(),

@@ -11,6 +11,54 @@ pub mod moto;
 pub mod receiver;
 pub mod stack;
 
+/// A JSON answer as its typed view (the API's own response types); panics
+/// with the body when it does not fit.
+pub fn view<T: serde::de::DeserializeOwned>(body: &serde_json::Value) -> T {
+    serde_json::from_value(body.clone())
+        .unwrap_or_else(|e| panic!("{e}: {body} is not a {}", std::any::type_name::<T>()))
+}
+
+/// The first delivery id of an accepted event's answer.
+pub fn first_delivery(body: &serde_json::Value) -> String {
+    let accepted: hookline_pipeline::ingest::IngestResponse = view(body);
+    accepted
+        .delivery_ids
+        .first()
+        .unwrap_or_else(|| panic!("no delivery in {body}"))
+        .to_string()
+}
+
+/// Every delivery id of an accepted event's answer.
+pub fn delivery_ids(body: &serde_json::Value) -> Vec<String> {
+    let accepted: hookline_pipeline::ingest::IngestResponse = view(body);
+    accepted
+        .delivery_ids
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The event id of an accepted event's answer.
+pub fn event_id(body: &serde_json::Value) -> String {
+    view::<hookline_pipeline::ingest::IngestResponse>(body)
+        .event_id
+        .to_string()
+}
+
+/// The signing secret in an endpoint's create or rotate answer.
+pub fn secret_of(body: &serde_json::Value) -> String {
+    view::<hookline_ingest::views::EndpointOut>(body)
+        .secret
+        .unwrap_or_else(|| panic!("no secret in {body}"))
+}
+
+/// The `error.code` of an error answer (None when the body is not one).
+pub fn error_code(body: &serde_json::Value) -> Option<String> {
+    serde_json::from_value::<hookline_ingest::views::ErrorBody>(body.clone())
+        .ok()
+        .map(|e| e.error.code)
+}
+
 /// The workspace root.
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -43,15 +91,4 @@ pub fn binary(package: &str, bin: &str) -> std::path::PathBuf {
 
 /// Appends a line of measured figures to `target/test-figures/<name>.txt`;
 /// `tests/run` prints them after the suite (passing tests' output is hidden).
-pub fn record_figures(name: &str, line: &str) {
-    use std::io::Write;
-    let dir = target_dir().join("test-figures");
-    let _ = std::fs::create_dir_all(&dir);
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("{name}.txt")))
-    {
-        let _ = writeln!(f, "{line}");
-    }
-}
+pub use hookline_pipeline::fakes::record_figure as record_figures;

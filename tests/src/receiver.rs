@@ -1,5 +1,6 @@
 //! Real HTTP receivers on loopback with scripted answers.
 
+use hookline_core::sync::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -57,10 +58,6 @@ pub struct Receiver {
     pub url: String,
     state: Arc<ReceiverState>,
     task: tokio::task::JoinHandle<()>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn handle(

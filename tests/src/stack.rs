@@ -53,7 +53,7 @@ impl Stack {
     /// Starts moto and the local pipeline with `env` overrides.
     pub async fn start(env: &[(&str, &str)]) -> Self {
         init_logs();
-        let moto = Moto::start();
+        let moto = crate::moto::start();
         let local = LocalStack::start(LocalConfig {
             endpoint_url: moto.url.clone(),
             template: workspace_root().join("template.yaml"),

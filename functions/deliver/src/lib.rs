@@ -98,14 +98,27 @@ mod tests {
         Settings::for_tests(&[("WEBHOOKS_RETRY_SCHEDULE", "1s,2s")]).unwrap()
     }
 
-    #[tokio::test]
-    async fn fixture_message_is_signed_posted_and_recorded() {
-        let deliverer = Deliverer::new(
+    type TestDeliverer = Deliverer<MemoryStore, MemoryQueue, ScriptedSender>;
+
+    /// A deliverer on the seeded store whose receiver always answers `status`.
+    async fn answering(status: u16, settings: Settings) -> TestDeliverer {
+        Deliverer::new(
             seeded().await,
             MemoryQueue::default(),
-            ScriptedSender::new(vec![], ScriptedSender::status(204)),
-            settings(),
-        );
+            ScriptedSender::new(vec![], ScriptedSender::status(status)),
+            settings,
+        )
+    }
+
+    /// Handles `event`; every message must be acked (no batch item failure).
+    async fn acked(deliverer: &TestDeliverer, event: SqsEvent) {
+        let response = handle(deliverer, event).await;
+        assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    }
+
+    #[tokio::test]
+    async fn fixture_message_is_signed_posted_and_recorded() {
+        let deliverer = answering(204, settings()).await;
         let response = handle(&deliverer, fixture()).await;
         assert!(response.batch_item_failures.is_empty());
         let d = &deliverer.store.deliveries()[0];
@@ -123,38 +136,23 @@ mod tests {
 
     #[tokio::test]
     async fn a_503_schedules_a_retry_and_a_redelivered_message_is_stale() {
-        let deliverer = Deliverer::new(
-            seeded().await,
-            MemoryQueue::default(),
-            ScriptedSender::new(vec![], ScriptedSender::status(503)),
-            settings(),
-        );
-        assert!(handle(&deliverer, fixture())
-            .await
-            .batch_item_failures
-            .is_empty());
+        let deliverer = answering(503, settings()).await;
+        acked(&deliverer, fixture()).await;
         let d = &deliverer.store.deliveries()[0];
         assert_eq!((d.status, d.attempt_count), (DeliveryStatus::Pending, 1));
         // SQS delivers the same message again (at-least-once): acked, nothing sent.
-        assert!(handle(&deliverer, fixture())
-            .await
-            .batch_item_failures
-            .is_empty());
+        acked(&deliverer, fixture()).await;
         assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]
     async fn exhausted_delivery_fails_with_a_copy_in_the_dlq() {
-        let deliverer = Deliverer::new(
-            seeded().await,
-            MemoryQueue::default(),
-            ScriptedSender::new(vec![], ScriptedSender::status(500)),
+        let deliverer = answering(
+            500,
             Settings::for_tests(&[("WEBHOOKS_MAX_ATTEMPTS", "1")]).unwrap(),
-        );
-        assert!(handle(&deliverer, fixture())
-            .await
-            .batch_item_failures
-            .is_empty());
+        )
+        .await;
+        acked(&deliverer, fixture()).await;
         assert_eq!(
             deliverer.store.deliveries()[0].status,
             DeliveryStatus::Failed
@@ -166,22 +164,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_message_not_yet_due_is_requeued_with_the_remaining_delay() {
-        let deliverer = Deliverer::new(
-            seeded().await,
-            MemoryQueue::default(),
-            ScriptedSender::new(vec![], ScriptedSender::status(200)),
-            settings(),
-        );
+        let deliverer = answering(200, settings()).await;
         let mut event = fixture();
         let mut message: serde_json::Value =
             serde_json::from_str(event.records[0].body.as_deref().unwrap()).unwrap();
         let due = Utc::now() + chrono::Duration::seconds(2000);
         message["not_before"] = serde_json::json!(due);
         event.records[0].body = Some(message.to_string());
-        assert!(handle(&deliverer, event)
-            .await
-            .batch_item_failures
-            .is_empty());
+        acked(&deliverer, event).await;
         assert!(
             deliverer.sender.requests.lock().unwrap().is_empty(),
             "nothing sent before it is due"
@@ -194,16 +184,8 @@ mod tests {
 
     #[tokio::test]
     async fn gone_fails_at_once_and_disables_the_endpoint() {
-        let deliverer = Deliverer::new(
-            seeded().await,
-            MemoryQueue::default(),
-            ScriptedSender::new(vec![], ScriptedSender::status(410)),
-            settings(),
-        );
-        assert!(handle(&deliverer, fixture())
-            .await
-            .batch_item_failures
-            .is_empty());
+        let deliverer = answering(410, settings()).await;
+        acked(&deliverer, fixture()).await;
         let d = &deliverer.store.deliveries()[0];
         assert_eq!((d.status, d.attempt_count), (DeliveryStatus::Failed, 1));
         assert_eq!(deliverer.queue.dlq_bodies().len(), 1);
@@ -220,12 +202,7 @@ mod tests {
 
     #[tokio::test]
     async fn unreadable_message_is_reported_as_a_batch_item_failure() {
-        let deliverer = Deliverer::new(
-            seeded().await,
-            MemoryQueue::default(),
-            ScriptedSender::new(vec![], ScriptedSender::status(200)),
-            settings(),
-        );
+        let deliverer = answering(200, settings()).await;
         let mut event = fixture();
         event.records[0].body = Some("not json".into());
         let response = handle(&deliverer, event).await;
@@ -244,12 +221,7 @@ mod tests {
         use hookline_pipeline::deliver::DeliverOutcome;
         use hookline_pipeline::dispatch::message_for;
         use hookline_pipeline::ports::Store;
-        let deliverer = Deliverer::new(
-            seeded().await,
-            MemoryQueue::default(),
-            ScriptedSender::new(vec![], ScriptedSender::status(200)),
-            settings(),
-        );
+        let deliverer = answering(200, settings()).await;
         let now = Utc::now();
         let mut d = deliverer.store.deliveries()[0].clone();
         let (old_message, _) = message_for(&d, now).unwrap();

@@ -6,7 +6,7 @@ use lambda_http::http::StatusCode;
 use lambda_http::{Body, Response};
 
 use crate::call::json;
-use crate::views::{ErrorBody, ErrorDetail};
+use crate::views::ErrorBody;
 
 /// An error answer.
 #[derive(Debug)]
@@ -47,15 +47,7 @@ impl ApiError {
 
     /// The JSON error response.
     pub fn into_response(self) -> Response<Body> {
-        json(
-            self.status,
-            &ErrorBody {
-                error: ErrorDetail {
-                    code: self.code.to_owned(),
-                    message: self.message,
-                },
-            },
-        )
+        json(self.status, &ErrorBody::new(self.code, self.message))
     }
 }
 

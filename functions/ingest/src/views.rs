@@ -15,6 +15,19 @@ pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
+impl ErrorBody {
+    /// `{"error": {"code", "message"}}`: the one error envelope (the API's
+    /// answers and the local API Gateway's own).
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message: message.into(),
+            },
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable machine-readable code, e.g. `invalid_url`, `not_found`.
@@ -23,7 +36,7 @@ pub struct ErrorDetail {
     pub message: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     pub status: String,
 }
@@ -64,7 +77,7 @@ impl EndpointOut {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct EndpointList {
     pub items: Vec<EndpointOut>,
 }
@@ -185,7 +198,7 @@ impl DeliveryOut {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryList {
     /// Newest first.
     pub items: Vec<DeliveryOut>,
@@ -244,12 +257,12 @@ impl ApiKeyOut {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ApiKeyList {
     pub items: Vec<ApiKeyOut>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DlqStatus {
     /// Approximate number of messages in the dead-letter queue.
     pub depth: u64,

@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use hookline_aws::seen::DynamoSeenStore;
 use hookline_receiver_example::ReceiverSettings;
 use hookline_verify::{Receiver, Verifier};
@@ -16,7 +14,7 @@ async fn main() -> Result<(), Error> {
         settings.table,
     );
     if settings.serialize_dynamodb {
-        store = store.serialized(Arc::new(tokio::sync::Mutex::new(())));
+        store = store.serialized(hookline_aws::serial::Serial::one_at_a_time());
     }
     let receiver = Receiver::new(verifier, store);
     lambda_http::run(service_fn(|request: Request| {

@@ -15,7 +15,6 @@ use axum::Router;
 use hookline_local::clients::{function_clients, local_sdk_config};
 use hookline_local::counting::{CallCounter, OperationCount};
 use hookline_local::{LocalConfig, LocalCounters, LocalStack};
-use hookline_tests::moto::Moto;
 use hookline_tests::workspace_root;
 use serde::Serialize;
 use serde_json::json;
@@ -125,7 +124,7 @@ pub async fn local_stack(
 
 /// Runs one scenario on a fresh moto.
 pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
-    let moto = Moto::start();
+    let moto = hookline_tests::moto::start();
     let counters = LocalCounters::default();
     let stack = local_stack(
         &moto.url,
@@ -218,7 +217,7 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
 /// and claims each (`FOR UPDATE SKIP LOCKED` -> a conditional update); after
 /// the POST, one update records the outcome (attempts, status, error).
 pub async fn naive(scenario: &Scenario) -> Result<ScenarioCounts, String> {
-    let moto = Moto::start();
+    let moto = hookline_tests::moto::start();
     let counter = CallCounter::default();
     let sdk = local_sdk_config(&moto.url).await;
     let clients = function_clients(&sdk, Some(&counter));

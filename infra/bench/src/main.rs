@@ -77,7 +77,7 @@ fn criterion_ns(dir: &Path, group: &str, name: &str, size: &str) -> Option<f64> 
 async fn batch_events(
     receiver_url: &str,
 ) -> Result<(Moto, LocalStack, HashMap<&'static str, Vec<String>>), String> {
-    let moto = Moto::start();
+    let moto = hookline_tests::moto::start();
     let stack = calls::local_stack(&moto.url, &[], None).await?;
     for _ in 0..5 {
         stack

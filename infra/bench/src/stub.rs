@@ -3,6 +3,7 @@
 //! the `next` call open when nothing is queued (as Lambda does between
 //! invocations), noting when the function first asked.
 
+use hookline_core::sync::lock;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -33,10 +34,6 @@ struct Inner {
 pub struct RuntimeStub {
     inner: Arc<Mutex<Inner>>,
     changed: Arc<Notify>,
-}
-
-fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn next(State(stub): State<RuntimeStub>) -> Response {

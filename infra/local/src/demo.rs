@@ -3,6 +3,7 @@
 //! sent through the local HTTP API, each delivery's lifecycle shown live, the
 //! DLQ redriven after the dead endpoint is fixed, and a summary table.
 
+use hookline_core::sync::lock;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,10 +44,6 @@ pub struct DemoReceiver {
     pub behaviour: Behaviour,
     pub url: String,
     state: Arc<ReceiverState>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn receive(

@@ -8,6 +8,7 @@
 //! - [`clients`]: SDK clients for a local endpoint; [`counting`]: an SDK
 //!   interceptor counting every request by operation with estimated DynamoDB
 //!   capacity units (the benchmark's cost model).
+//! - [`moto`]: a moto server on a free loopback port, stopped by PID.
 //! - [`server`]: the local API Gateway (HTTP on loopback -> API Gateway v2
 //!   events -> the ingest handler).
 //! - [`demo`]: healthy / flaky / dead receivers built on the receiver kit, a
@@ -22,6 +23,7 @@
 pub mod clients;
 pub mod counting;
 pub mod demo;
+pub mod moto;
 pub mod resources;
 pub mod server;
 pub mod sources;
@@ -158,7 +160,7 @@ impl LocalStack {
         );
         let settings = Settings::from_lookup(|k| vars.get(k).cloned())?;
         // moto loses writes under concurrent transactions: one DynamoDB call at a time.
-        let serial = Arc::new(Mutex::new(()));
+        let serial = hookline_aws::serial::Serial::one_at_a_time();
         let store = DynamoStore::new(
             clients.dynamodb.clone(),
             settings.table.clone(),
@@ -188,7 +190,7 @@ impl LocalStack {
             source_clients.streams.clone(),
             pick(&resources.stream_arns, "Table")?,
             &dispatch_source,
-            Some(serial),
+            serial,
         );
         if let Some(path) = &config.checkpoint_file {
             if let Ok(text) = std::fs::read_to_string(path) {
@@ -264,7 +266,8 @@ impl LocalStack {
                 return (
                     400,
                     HashMap::new(),
-                    serde_json::json!({"error": {"code": "bad_request", "message": e}}),
+                    serde_json::to_value(hookline_ingest::views::ErrorBody::new("bad_request", e))
+                        .expect("an error body serialises"),
                 )
             }
         };
@@ -484,44 +487,4 @@ pub fn webhooks_env() -> HashMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| k.starts_with("WEBHOOKS_"))
         .collect()
-}
-
-/// Starts moto (`.venv/moto/bin/moto_server` under `root`, or `$MOTO_SERVER`)
-/// on a free loopback port; returns the child (kill it to stop) and its URL.
-pub fn start_moto(root: &std::path::Path) -> Result<(std::process::Child, String), String> {
-    let bin = std::env::var("MOTO_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join(".venv/moto/bin/moto_server"));
-    if !bin.exists() {
-        return Err(format!(
-            "{} not found: run infra/local/up (it installs moto into .venv/moto)",
-            bin.display()
-        ));
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let mut child = std::process::Command::new(&bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if std::net::TcpStream::connect_timeout(
-            &([127, 0, 0, 1], port).into(),
-            Duration::from_millis(200),
-        )
-        .is_ok()
-        {
-            return Ok((child, format!("http://127.0.0.1:{port}")));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    Err(format!("moto did not start on port {port}"))
 }

@@ -9,6 +9,7 @@
 //!   event for the dispatch / deliver function (for `sam local invoke -e`).
 
 use std::path::PathBuf;
+use std::process::Stdio;
 
 use clap::{Parser, Subcommand};
 use hookline_local::{find_template, webhooks_env, LocalConfig, LocalStack};
@@ -128,16 +129,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             let endpoint_url = match endpoint_url {
                 Some(url) => url,
                 None => {
-                    let (child, url) = hookline_local::start_moto(&root)?;
-                    moto = Some(child);
+                    let server = hookline_local::moto::server_binary(&root);
+                    let started = hookline_local::moto::Moto::start(&server, Stdio::null())?;
+                    let url = started.url.clone();
+                    moto = Some(started);
                     url
                 }
             };
             let result = up(&endpoint_url, &template, port, demo, demo_events).await;
-            if let Some(mut child) = moto {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            drop(moto);
             match result {
                 Ok(true) => Ok(()),
                 Ok(false) => Err("the demo did not account for every delivery".into()),

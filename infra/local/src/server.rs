@@ -2,6 +2,7 @@
 //! into the same API Gateway v2 event Lambda would get and calls the same
 //! ingest handler.
 
+use hookline_ingest::views::ErrorBody;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ const MAX_BODY: usize = 10 * 1024 * 1024;
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
     let mut r = Response::new(Body::from(
-        serde_json::json!({"error": {"code": code, "message": message}}).to_string(),
+        serde_json::to_string(&ErrorBody::new(code, message)).expect("an error body serialises"),
     ));
     *r.status_mut() = status;
     r.headers_mut()

@@ -11,14 +11,14 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
 
 use aws_lambda_events::event::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use serde_json::{json, Value};
-use tokio::sync::Mutex;
+
+use hookline_aws::serial::Serial;
 
 use crate::template::{matches_pattern, EventSource};
 use crate::{aws_err, LocalError};
@@ -32,7 +32,7 @@ pub struct StreamSource {
     filters: Vec<Value>,
     /// Last handled sequence number per shard.
     checkpoints: HashMap<String, String>,
-    serial: Option<Arc<Mutex<()>>>,
+    serial: Serial,
     /// `MaximumRetryAttempts` of the mapping (None: forever).
     max_retries: Option<u32>,
     /// Failed invocations so far per first-failed sequence number.
@@ -57,7 +57,7 @@ impl StreamSource {
         client: aws_sdk_dynamodbstreams::Client,
         stream_arn: String,
         source: &EventSource,
-        serial: Option<Arc<Mutex<()>>>,
+        serial: Serial,
     ) -> Self {
         Self {
             client,
@@ -100,7 +100,7 @@ impl StreamSource {
     {
         let mut stats = PollStats::default();
         let shards: Vec<String> = {
-            let _g = lock(&self.serial).await;
+            let _g = self.serial.guard().await;
             let described = self
                 .client
                 .describe_stream()
@@ -210,7 +210,7 @@ impl StreamSource {
     }
 
     async fn read_shard(&self, shard: &str) -> Result<Vec<(String, Value)>, LocalError> {
-        let _g = lock(&self.serial).await;
+        let _g = self.serial.guard().await;
         let mut req = self
             .client
             .get_shard_iterator()
@@ -267,13 +267,6 @@ impl StreamSource {
                 Some((seq, record))
             })
             .collect())
-    }
-}
-
-async fn lock(serial: &Option<Arc<Mutex<()>>>) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-    match serial {
-        Some(l) => Some(l.lock().await),
-        None => None,
     }
 }
 

@@ -85,14 +85,10 @@ impl OrdersService {
         {
             Ok(_) => Ok(accepted),
             Err(err) => {
-                let order_exists = err
-                    .as_service_error()
-                    .and_then(|e| match e {
-                        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c) => Some(c),
-                        _ => None,
-                    })
-                    .and_then(|c| c.cancellation_reasons().first().and_then(|r| r.code()))
-                    == Some("ConditionalCheckFailed");
+                // The order's put is the first item of the transaction.
+                let order_exists = hookline_aws::error::cancellation_reasons(&err)
+                    .and_then(|reasons| reasons.first())
+                    .is_some_and(hookline_aws::error::condition_failed);
                 if order_exists {
                     Err(OrderError::AlreadyExists(order.order_id.clone()))
                 } else {

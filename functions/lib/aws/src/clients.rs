@@ -94,7 +94,7 @@ pub async fn store_and_queue(
         settings.retention,
     );
     if settings.serialize_dynamodb {
-        store = store.serialized(std::sync::Arc::new(tokio::sync::Mutex::new(())));
+        store = store.serialized(crate::serial::Serial::one_at_a_time());
     }
     if let Some(key) = &settings.kms_key_id {
         store = store.sealed_with(std::sync::Arc::new(crate::sealing::SecretSealer::new(

@@ -62,3 +62,25 @@ where
 pub fn corrupt(what: &str, err: impl std::fmt::Display) -> PipelineError {
     PipelineError::Corrupt(format!("{what}: {err}"))
 }
+
+/// The cancellation reasons of a cancelled transaction (None for any other error).
+pub fn cancellation_reasons<R>(
+    err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
+) -> Option<&[aws_sdk_dynamodb::types::CancellationReason]> {
+    match err.as_service_error() {
+        Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) => {
+            Some(c.cancellation_reasons())
+        }
+        _ => None,
+    }
+}
+
+/// Whether a cancelled transaction's reason is a failed condition.
+pub fn condition_failed(reason: &aws_sdk_dynamodb::types::CancellationReason) -> bool {
+    reason.code() == Some("ConditionalCheckFailed")
+}
+
+/// Whether a single-item write failed its condition.
+pub fn is_condition_failure<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    err.as_service_error().and_then(|e| e.code()) == Some("ConditionalCheckFailedException")
+}

@@ -10,6 +10,7 @@
 //!   transaction (business write and webhook commit together).
 //! - [`sealing`]: endpoint secrets at rest, sealed under a KMS key
 //!   (envelope encryption, data keys cached per process).
+//! - [`serial`]: one DynamoDB call at a time when asked (moto).
 //! - [`seen`]: [`seen::DynamoSeenStore`], the receiver kit's seen store on DynamoDB.
 //! - [`error`]: SDK errors -> `PipelineError` with retryability.
 
@@ -20,6 +21,7 @@ pub mod queue;
 pub mod schema;
 pub mod sealing;
 pub mod seen;
+pub mod serial;
 pub mod store;
 
 pub use queue::SqsQueue;

@@ -14,6 +14,7 @@
 //! Items written before sealing existed hold plaintext secrets: they are read
 //! as they are and sealed on their next write.
 
+use hookline_core::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -58,10 +59,6 @@ impl std::fmt::Debug for SecretSealer {
             .field("key_id", &self.key_id)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn corrupt(reason: impl std::fmt::Display) -> PipelineError {

@@ -7,7 +7,6 @@
 //! never both claim.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
@@ -17,14 +16,13 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use hookline_verify::{Claim, SeenStore, SeenStoreError};
-use tokio::sync::Mutex;
 
 /// The DynamoDB seen store.
 #[derive(Debug, Clone)]
 pub struct DynamoSeenStore {
     client: Client,
     table: String,
-    serial: Option<Arc<Mutex<()>>>,
+    serial: crate::serial::Serial,
 }
 
 fn err(op: &str, e: impl std::error::Error + Send + Sync + 'static) -> SeenStoreError {
@@ -44,13 +42,13 @@ impl DynamoSeenStore {
         Self {
             client,
             table: table.into(),
-            serial: None,
+            serial: Default::default(),
         }
     }
 
     /// Serialises calls (moto only: it is not safe under concurrent writes).
-    pub fn serialized(mut self, lock: Arc<Mutex<()>>) -> Self {
-        self.serial = Some(lock);
+    pub fn serialized(mut self, serial: crate::serial::Serial) -> Self {
+        self.serial = serial;
         self
     }
 
@@ -108,10 +106,7 @@ impl DynamoSeenStore {
     }
 
     async fn guard(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match &self.serial {
-            Some(l) => Some(l.lock().await),
-            None => None,
-        }
+        self.serial.guard().await
     }
 }
 

@@ -19,9 +19,8 @@ use hookline_pipeline::ports::{
 };
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
-use tokio::sync::{Mutex, MutexGuard};
 
-use crate::error::{corrupt, store_error};
+use crate::error::{condition_failed, corrupt, store_error};
 use crate::outbox;
 use crate::schema::{self, *};
 use crate::sealing::SecretSealer;
@@ -33,7 +32,7 @@ pub struct DynamoStore {
     table: String,
     retention: Duration,
     /// Held across every call when set (moto loses writes under concurrency).
-    serial: Option<Arc<Mutex<()>>>,
+    serial: crate::serial::Serial,
     /// Seals endpoint secrets at rest (KMS envelope encryption) when set.
     sealer: Option<Arc<SecretSealer>>,
 }
@@ -50,18 +49,13 @@ fn into_sdk(item: Item) -> HashMap<String, AttributeValue> {
     item.into()
 }
 
-/// Whether a cancelled transaction's reason is a failed condition.
-fn condition_failed(reason: &CancellationReason) -> bool {
-    reason.code() == Some("ConditionalCheckFailed")
-}
-
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>, retention: Duration) -> Self {
         Self {
             client,
             table: table.into(),
             retention,
-            serial: None,
+            serial: Default::default(),
             sealer: None,
         }
     }
@@ -125,8 +119,8 @@ impl DynamoStore {
     }
 
     /// Serialises every call through `lock` (share one lock per moto server).
-    pub fn serialized(mut self, lock: Arc<Mutex<()>>) -> Self {
-        self.serial = Some(lock);
+    pub fn serialized(mut self, serial: crate::serial::Serial) -> Self {
+        self.serial = serial;
         self
     }
 
@@ -138,11 +132,8 @@ impl DynamoStore {
         &self.client
     }
 
-    async fn guard(&self) -> Option<MutexGuard<'_, ()>> {
-        match &self.serial {
-            Some(lock) => Some(lock.lock().await),
-            None => None,
-        }
+    async fn guard(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        self.serial.guard().await
     }
 
     fn key(pk: String, sk: &str) -> HashMap<String, AttributeValue> {
@@ -254,10 +245,8 @@ impl DynamoStore {
         {
             Ok(_) => Ok(()),
             Err(err) => {
-                if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) =
-                    err.as_service_error()
-                {
-                    let reasons = c.cancellation_reasons().to_vec();
+                if let Some(reasons) = crate::error::cancellation_reasons(&err) {
+                    let reasons = reasons.to_vec();
                     if reasons.iter().any(condition_failed) {
                         return Err(TransactFailure::Conditions(reasons));
                     }
@@ -807,12 +796,7 @@ where
 {
     match result {
         Ok(_) => Ok(true),
-        Err(err)
-            if err.as_service_error().and_then(|e| e.code())
-                == Some("ConditionalCheckFailedException") =>
-        {
-            Ok(false)
-        }
+        Err(err) if crate::error::is_condition_failure(&err) => Ok(false),
         Err(err) => Err(store_error(op, err)),
     }
 }

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::ids::{ApiKeyId, AppId};
 
@@ -36,14 +37,6 @@ impl std::fmt::Debug for ApiKey {
 pub fn key_sha256(key: &str) -> String {
     let digest = Sha256::digest(key.as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Constant-time equality of two byte strings of any lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl ApiKey {
@@ -83,7 +76,11 @@ impl ApiKey {
 
     /// Whether `presented` is this key (constant time in the key's content).
     pub fn matches(&self, presented: &str) -> bool {
-        constant_time_eq(key_sha256(presented).as_bytes(), self.key_sha256.as_bytes())
+        bool::from(
+            key_sha256(presented)
+                .as_bytes()
+                .ct_eq(self.key_sha256.as_bytes()),
+        )
     }
 }
 

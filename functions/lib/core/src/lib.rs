@@ -12,7 +12,8 @@
 //! - [`signing`]: [`Secret`](signing::Secret) and the full signed header set of
 //!   a message for both schemes (via `hookline-verify`'s scheme functions).
 //! - [`apikey`]: app-scoped API keys (`<key id>.<secret>`, stored as SHA-256).
-//! - [`error`]: [`CoreError`], saying what is retryable.
+//! - [`error`]: [`CoreError`], and [`Chain`](error::Chain) to log an error with its causes.
+//! - [`sync`]: a poison-tolerant `lock` for in-process state.
 
 pub mod apikey;
 pub mod error;
@@ -20,5 +21,6 @@ pub mod ids;
 pub mod model;
 pub mod retry;
 pub mod signing;
+pub mod sync;
 
 pub use error::CoreError;

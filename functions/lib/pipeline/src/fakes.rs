@@ -2,6 +2,7 @@
 //! real ones (version and state guards) so handler logic is tested honestly;
 //! the AWS implementations are tested against moto in `tests/`.
 
+use hookline_core::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -30,10 +31,6 @@ pub fn record_figure(name: &str, line: &str) {
     {
         let _ = writeln!(f, "{line}");
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[derive(Debug, Default)]
