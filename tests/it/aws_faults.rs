@@ -167,20 +167,22 @@ async fn proxied_stack(moto: &Moto, env: &[(&str, &str)]) -> (LocalStack, Arc<Pr
     (stack, proxy)
 }
 
+/// Registers `receiver` as an endpoint of `app` (through the API); its answer.
+async fn register(stack: &LocalStack, app: &str, receiver: &Receiver) -> serde_json::Value {
+    let path = format!("/v1/apps/{app}/endpoints");
+    let (status, _, ep) = stack
+        .call("POST", &path, Some(json!({"url": receiver.url})), &[])
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    ep
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
     let moto = hookline_tests::moto::start();
     let (stack, proxy) = proxied_stack(&moto, &[("WEBHOOKS_RETRY_SCHEDULE", "1s")]).await;
     let receiver = Receiver::healthy().await;
-    let (status, _, ep) = stack
-        .call(
-            "POST",
-            "/v1/apps/f/endpoints",
-            Some(json!({"url": receiver.url})),
-            &[],
-        )
-        .await;
-    assert_eq!(status, 201, "{ep}");
+    register(&stack, "f", &receiver).await;
     proxy.faults.enabled.store(true, Ordering::SeqCst);
 
     const EVENTS: usize = 100;
@@ -249,37 +251,23 @@ async fn a_transaction_conflict_is_retried_never_a_5xx() {
     let moto = hookline_tests::moto::start();
     let (stack, proxy) = proxied_stack(&moto, &[]).await;
     let receiver = Receiver::healthy().await;
-    let (status, _, _) = stack
-        .call(
-            "POST",
-            "/v1/apps/c/endpoints",
-            Some(json!({"url": receiver.url})),
-            &[],
-        )
-        .await;
-    assert_eq!(status, 201);
+    register(&stack, "c", &receiver).await;
     let event = json!({"event_type": "order.paid", "payload": {"n": 1}});
     // Two conflicts, then the commit goes through.
     proxy.faults.conflicts.store(2, Ordering::SeqCst);
-    let (status, _, first) = stack
-        .call(
+    let send = || {
+        stack.call(
             "POST",
             "/v1/apps/c/events",
             Some(event.clone()),
             &[("idempotency-key", "k-1")],
         )
-        .await;
+    };
+    let (status, _, first) = send().await;
     assert_eq!(status, 202, "{first}");
     assert_eq!(proxy.faults.conflicts.load(Ordering::SeqCst), 0);
     // The same key again: the stored answer, no second event.
-    let (status, headers, again) = stack
-        .call(
-            "POST",
-            "/v1/apps/c/events",
-            Some(event.clone()),
-            &[("idempotency-key", "k-1")],
-        )
-        .await;
+    let (status, headers, again) = send().await;
     assert_eq!((status, &again), (202, &first));
     assert_eq!(
         headers.get("idempotent-replayed").map(String::as_str),

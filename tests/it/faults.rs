@@ -77,126 +77,106 @@ async fn every_receiver_fault_ends_in_the_right_state() {
     };
     use DeliveryStatus::{Delivered, Failed};
     let z = Duration::ZERO;
-    cases.push(
-        add(
+    let elsewhere = Receiver::healthy().await;
+    let table = vec![
+        (
             "500",
             Reply::Status(500),
             Failed,
             vec![Some(500); 2],
             false,
             z,
-        )
-        .await,
-    );
-    cases.push(
-        add(
+        ),
+        (
             "502",
             Reply::Status(502),
             Failed,
             vec![Some(502); 2],
             false,
             z,
-        )
-        .await,
-    );
-    cases.push(
-        add(
+        ),
+        (
             "503 + Retry-After: 3",
             Reply::RetryAfter(503, "3".into()),
             Failed,
             vec![Some(503); 2],
             false,
             Duration::from_secs(3),
-        )
-        .await,
-    );
-    cases.push(
-        add(
+        ),
+        (
             "429 + Retry-After: 2",
             Reply::RetryAfter(429, "2".into()),
             Failed,
             vec![Some(429); 2],
             false,
             Duration::from_secs(2),
-        )
-        .await,
-    );
-    let elsewhere = Receiver::healthy().await;
-    for status in [301u16, 302] {
-        cases.push(
-            add(
-                if status == 301 {
-                    "301 (not followed)"
-                } else {
-                    "302 (not followed)"
-                },
-                Reply::Redirect {
-                    status,
-                    location: elsewhere.url.clone(),
-                },
-                Failed,
-                vec![Some(status); 2],
-                false,
-                z,
-            )
-            .await,
-        );
-    }
-    cases.push(
-        add(
+        ),
+        (
+            "301 (not followed)",
+            Reply::Redirect {
+                status: 301,
+                location: elsewhere.url.clone(),
+            },
+            Failed,
+            vec![Some(301); 2],
+            false,
+            z,
+        ),
+        (
+            "302 (not followed)",
+            Reply::Redirect {
+                status: 302,
+                location: elsewhere.url.clone(),
+            },
+            Failed,
+            vec![Some(302); 2],
+            false,
+            z,
+        ),
+        (
             "410 Gone (endpoint disabled)",
             Reply::Status(410),
             Failed,
             vec![Some(410)],
             true,
             z,
-        )
-        .await,
-    );
-    cases.push(
-        add(
+        ),
+        (
             "timeout (answers after 5 s, limit 2 s)",
             Reply::Slow(Duration::from_secs(5)),
             Failed,
             vec![None; 2],
             false,
             z,
-        )
-        .await,
-    );
-    cases.push(
-        add(
+        ),
+        (
             "slow trickling body after 200",
             Reply::Trickle(Duration::from_millis(300)),
             Delivered,
             vec![Some(200)],
             false,
             z,
-        )
-        .await,
-    );
-    cases.push(
-        add(
+        ),
+        (
             "50 MB response body",
             Reply::Huge(200, 50 * 1024 * 1024),
             Delivered,
             vec![Some(200)],
             false,
             z,
-        )
-        .await,
-    );
-    cases.push(
-        add(
+        ),
+        (
             "invalid UTF-8 body",
             Reply::Body(500, vec![0xff, 0xfe, b'o', b'k', 0xc3]),
             Failed,
             vec![Some(500); 2],
             false,
             z,
-        )
-        .await,
-    );
+        ),
+    ];
+    for (name, reply, expect, codes, disabled, min_gap) in table {
+        cases.push(add(name, reply, expect, codes, disabled, min_gap).await);
+    }
     cases.push(Case {
         name: "connection refused",
         url: refused_url(),

@@ -39,8 +39,7 @@ fn admin_headers(extra: &[(&str, &str)]) -> Vec<(String, String)> {
 async fn payload_reaches_the_receiver_byte_for_byte() {
     let stack = Stack::start(&[]).await;
     let receiver = Receiver::healthy().await;
-    let (_, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
-    receiver.set_secret(&secret);
+    let _ = stack.subscribe("shop", &receiver).await;
     let payload = r#"{"id":12345678901234567890123,"amount":10.50,"small":1e2,
     "price": 0.100000000000000000000000000001 , "esc":"caf\u00e9 \"q\" \/","zz":[],"a":{"b":-0.0}}"#;
     let request = format!(r#"{{"event_type":"order.paid","payload":  {payload}  }}"#);
@@ -104,8 +103,7 @@ const RECONCILE_ENV: [(&str, &str); 2] = [
 async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
     let stack = Stack::start(&RECONCILE_ENV).await;
     let receiver = Receiver::start(vec![Reply::Status(503)], Reply::Status(200)).await;
-    let (_, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
-    receiver.set_secret(&secret);
+    let _ = stack.subscribe("shop", &receiver).await;
     let (status, body) = stack
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
@@ -141,11 +139,7 @@ async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
     sleep_until_overdue(d.next_attempt_at.unwrap(), RECONCILE_AFTER).await;
     let report = stack.reconcile().await.unwrap();
     assert_eq!(report.requeued, 1, "{report:?}");
-    assert!(
-        stack
-            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     let got = receiver.received();
     assert_eq!(got.len(), 2, "attempt 1 (503) + the re-queued attempt 2");
     assert!(got.iter().all(|r| r.standard_ok && r.stripe_ok));
@@ -168,8 +162,7 @@ async fn reconciler_recovers_dropped_stream_records_and_fanouts() {
     let receivers = [Receiver::healthy().await, Receiver::healthy().await];
     let mut endpoints = Vec::new();
     for r in &receivers {
-        let (id, secret) = stack.create_endpoint("shop", &r.url, &[]).await;
-        r.set_secret(&secret);
+        let (id, _) = stack.subscribe("shop", r).await;
         endpoints.push(id);
     }
     // An event through the API (2 deliveries inline) ...
@@ -322,8 +315,7 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     let (_, body) = stack
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
-    let id = first_delivery(&body);
-    let event_id = event_id(&body);
+    let (id, event_id) = (first_delivery(&body), event_id(&body));
     let pk = format!("DLV#{id}");
     let item = raw_item(&stack, &pk, "DLV").await.unwrap();
     assert!(
@@ -335,11 +327,7 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
         "a pending delivery is in the overdue index"
     );
     // One attempt only: it fails.
-    assert!(
-        stack
-            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Failed, T)
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Failed, T).await);
     let item = raw_item(&stack, &pk, "DLV").await.unwrap();
     let ttl: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();
     let retention = 30 * 86_400;
@@ -359,14 +347,7 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
             AttributeValue::N(soon.to_string()),
         )
         .await;
-    let (status, _, _) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/shop/deliveries/{id}/retry"),
-            None,
-            &[],
-        )
-        .await;
+    let (status, _) = stack.retry_delivery("shop", &id).await;
     assert_eq!(status, 202);
     let event = raw_item(&stack, &format!("EVT#{event_id}"), "EVT")
         .await
@@ -378,11 +359,7 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     );
     let item = raw_item(&stack, &pk, "DLV").await.unwrap();
     assert!(!item.contains_key("expires_at"), "pending again: no TTL");
-    assert!(
-        stack
-            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
 }
 
 /// Conditional writes on moto: an endpoint write based on a stale read is
@@ -405,13 +382,8 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
         .unwrap();
 
     // PATCH racing a rotation: the stale PATCH must not write the old secret back.
-    let (status, _, rotated) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/shop/endpoints/{ep_id}/rotate-secret"),
-            None,
-            &[],
-        )
+    let (status, rotated) = stack
+        .endpoint_call("POST", "shop", &ep_id, "/rotate-secret", None)
         .await;
     assert_eq!(status, 200);
     let mut patch = stale.clone();
@@ -431,12 +403,13 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
     assert_eq!(now.secret.expose(), secret_of(&rotated).as_str());
     assert_ne!(now.secret.expose(), secret);
     // Through the API a PATCH re-reads and lands on top of the rotation.
-    let (status, _, _) = stack
-        .call(
+    let (status, _) = stack
+        .endpoint_call(
             "PATCH",
-            &format!("/v1/apps/shop/endpoints/{ep_id}"),
+            "shop",
+            &ep_id,
+            "",
             Some(json!({"description": "fresh"})),
-            &[],
         )
         .await;
     assert_eq!(status, 200);
@@ -501,12 +474,13 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
         .await
         .unwrap()
         .is_none());
-    let (status, _, _) = stack
-        .call(
+    let (status, _) = stack
+        .endpoint_call(
             "PATCH",
-            &format!("/v1/apps/shop/endpoints/{ep_id}"),
+            "shop",
+            &ep_id,
+            "",
             Some(json!({"description": "x"})),
-            &[],
         )
         .await;
     assert_eq!(status, 404);
@@ -515,25 +489,11 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
     // writer read it while pending at attempt_count 0; a manual retry brings
     // attempt_count back to 0. The stale write must be refused.
     let (ep2, _) = stack.create_endpoint("shop", &receiver.url, &[]).await;
-    let (_, body) = stack
-        .send_event("shop", "order.paid", json!({"n": 1}), None)
-        .await;
-    let id = first_delivery(&body);
+    let id = stack.send_one("shop", "order.paid", json!({"n": 1})).await;
     let stale_read = stack.delivery(&id).await;
     assert_eq!(stale_read.endpoint_id.as_str(), ep2);
-    assert!(
-        stack
-            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Failed, T)
-            .await
-    );
-    let (status, _, _) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/shop/deliveries/{id}/retry"),
-            None,
-            &[],
-        )
-        .await;
+    assert!(stack.reaches(&id, DeliveryStatus::Failed, T).await);
+    let (status, _) = stack.retry_delivery("shop", &id).await;
     assert_eq!(status, 202);
     let current = stack.delivery(&id).await;
     assert_eq!(
@@ -562,23 +522,40 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
 /// Endpoint secrets are sealed at rest under the template's KMS key (moto
 /// speaks KMS): no table item and no stream record carries a usable secret,
 /// and deliveries are still signed with it.
+/// The store of a new Lambda container: its own sealer (own data keys).
+fn new_container(
+    stack: &Stack,
+) -> (
+    hookline_aws::DynamoStore,
+    std::sync::Arc<hookline_aws::sealing::SecretSealer>,
+) {
+    let sealer = std::sync::Arc::new(hookline_aws::sealing::SecretSealer::new(
+        stack.clients.kms.clone(),
+        stack
+            .settings
+            .kms_key_id
+            .clone()
+            .expect("the stack has a KMS key"),
+    ));
+    let store = hookline_aws::DynamoStore::new(
+        stack.clients.dynamodb.clone(),
+        stack.settings.table.clone(),
+        stack.settings.retention,
+    )
+    .sealed_with(sealer.clone());
+    (store, sealer)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_secrets_are_sealed_at_rest() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use hookline_aws::sealing::SecretSealer;
     use hookline_aws::DynamoStore;
     use hookline_core::ids::EndpointId;
     let stack = Stack::start(&[]).await;
     let receiver = Receiver::healthy().await;
-    let (ep, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
-    receiver.set_secret(&secret);
-    let (status, _, rotated) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/shop/endpoints/{ep}/rotate-secret"),
-            None,
-            &[],
-        )
+    let (ep, secret) = stack.subscribe("shop", &receiver).await;
+    let (status, rotated) = stack
+        .endpoint_call("POST", "shop", &ep, "/rotate-secret", None)
         .await;
     assert_eq!(status, 200);
     let new_secret = secret_of(&rotated);
@@ -593,15 +570,8 @@ async fn endpoint_secrets_are_sealed_at_rest() {
         .unwrap()
         .starts_with("sealed:v1:"));
     // Nowhere in the table (a scan stands for an export) or its stream.
-    let scan = stack
-        .clients
-        .dynamodb
-        .scan()
-        .table_name(&stack.settings.table)
-        .send()
-        .await
-        .unwrap();
-    let dump = format!("{:?}", scan.items());
+    let scan = stack.scan().await;
+    let dump = format!("{scan:?}");
     let stream = stack.next_stream_event().await.unwrap().to_string();
     for s in [&secret, &new_secret] {
         let key_part = s.trim_start_matches("whsec_");
@@ -616,28 +586,12 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     }
     // Deliveries are signed with the (rotated) secrets: the receiver verifies.
     receiver.set_secret(&new_secret);
-    let (_, body) = stack
-        .send_event("shop", "order.paid", json!({"n": 1}), None)
-        .await;
-    let id = first_delivery(&body);
-    assert!(
-        stack
-            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
-            .await
-    );
+    let id = stack.send_one("shop", "order.paid", json!({"n": 1})).await;
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     assert!(receiver.received()[0].standard_ok);
 
     // A new container opens them with one KMS Decrypt per data key.
-    let sealer = std::sync::Arc::new(SecretSealer::new(
-        stack.clients.kms.clone(),
-        stack.settings.kms_key_id.clone().unwrap(),
-    ));
-    let fresh = DynamoStore::new(
-        stack.clients.dynamodb.clone(),
-        stack.settings.table.clone(),
-        stack.settings.retention,
-    )
-    .sealed_with(sealer.clone());
+    let (fresh, sealer) = new_container(&stack);
     let app = AppId::parse("shop").unwrap();
     let ep_id = EndpointId::parse(&ep).unwrap();
     let read = fresh.get_endpoint(&app, &ep_id).await.unwrap().unwrap();
@@ -647,28 +601,11 @@ async fn endpoint_secrets_are_sealed_at_rest() {
 
     // Endpoints sealed by two containers (two data keys): a third container
     // lists them, opening both data keys in one concurrent round.
-    let other_container = DynamoStore::new(
-        stack.clients.dynamodb.clone(),
-        stack.settings.table.clone(),
-        stack.settings.retention,
-    )
-    .sealed_with(std::sync::Arc::new(SecretSealer::new(
-        stack.clients.kms.clone(),
-        stack.settings.kms_key_id.clone().unwrap(),
-    )));
+    let (other_container, _) = new_container(&stack);
     let mut second = read.clone();
     second.id = EndpointId::generate();
     other_container.put_endpoint(&second).await.unwrap();
-    let third = std::sync::Arc::new(SecretSealer::new(
-        stack.clients.kms.clone(),
-        stack.settings.kms_key_id.clone().unwrap(),
-    ));
-    let lister = DynamoStore::new(
-        stack.clients.dynamodb.clone(),
-        stack.settings.table.clone(),
-        stack.settings.retention,
-    )
-    .sealed_with(third.clone());
+    let (lister, third) = new_container(&stack);
     let listed = lister.list_endpoints(&app).await.unwrap();
     assert_eq!(listed.len(), 2);
     assert!(listed.iter().all(|e| e.secret.expose() == new_secret));
@@ -719,8 +656,7 @@ async fn a_delivery_in_a_stream_batch_dropped_for_a_poison_record_still_arrives(
     use aws_sdk_dynamodb::types::AttributeValue;
     let stack = Stack::start(&RECONCILE_ENV).await;
     let receiver = Receiver::healthy().await;
-    let (_, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
-    receiver.set_secret(&secret);
+    let _ = stack.subscribe("shop", &receiver).await;
     stack.pump().await;
     // A pending "delivery" that can never be decoded, written first ...
     stack
@@ -777,11 +713,7 @@ async fn a_delivery_in_a_stream_batch_dropped_for_a_poison_record_still_arrives(
     sleep_until_overdue(chrono::Utc::now(), RECONCILE_AFTER).await;
     let report = stack.reconcile().await.unwrap();
     assert_eq!(report.requeued, 1, "{report:?}");
-    assert!(
-        stack
-            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     record_figures(
         "reconciler",
         &format!("poison stream record: the batch with it ({dropped} records, a good delivery among them) given up on after 50 retries, metadata in the on-failure queue; the good delivery delivered by the reconciler, 0 lost"),

@@ -60,16 +60,8 @@ async fn order_and_webhook_commit_together_or_not_at_all() {
         }
     };
     assert_eq!(count("orders").await, 1);
-    let items = stack
-        .clients
-        .dynamodb
-        .scan()
-        .table_name(&stack.settings.table)
-        .send()
-        .await
-        .unwrap();
+    let items = stack.scan().await;
     let kinds: Vec<String> = items
-        .items()
         .iter()
         .filter_map(|i| i.get("kind").and_then(|k| k.as_s().ok()).cloned())
         .filter(|k| k != "endpoint")

@@ -21,8 +21,7 @@ async fn status_of(stack: &Stack, id: &str) -> DeliveryStatus {
 async fn happy_path_delivers_signed_body_with_both_schemes() {
     let stack = Stack::start(&[]).await;
     let receiver = Receiver::healthy().await;
-    let (endpoint_id, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
-    receiver.set_secret(&secret);
+    let (endpoint_id, _) = stack.subscribe("shop", &receiver).await;
     let (status, body) = stack
         .send_event(
             "shop",
@@ -36,9 +35,7 @@ async fn happy_path_delivers_signed_body_with_both_schemes() {
     assert!(event_id(&body).as_str().starts_with("evt_"));
 
     let delivered = stack
-        .pump_until(T, || async {
-            status_of(&stack, &delivery_id).await == DeliveryStatus::Delivered
-        })
+        .reaches(&delivery_id, DeliveryStatus::Delivered, T)
         .await;
     assert!(
         delivered,
@@ -113,18 +110,9 @@ async fn flaky_receiver_is_delivered_on_attempt_three_with_identical_bodies() {
         .create_endpoint("shop", &receiver.url, &["order.*"])
         .await;
     receiver.set_secret(&secret);
-    let (_, body) = stack
-        .send_event("shop", "order.paid", json!({"n": 1}), None)
-        .await;
-    let id = first_delivery(&body);
+    let id = stack.send_one("shop", "order.paid", json!({"n": 1})).await;
 
-    assert!(
-        stack
-            .pump_until(T, || async {
-                status_of(&stack, &id).await == DeliveryStatus::Delivered
-            })
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     let d = stack.delivery(&id).await;
     assert_eq!(d.attempt_count, 3);
     assert_eq!(
@@ -154,20 +142,12 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
     ])
     .await;
     let receiver = Receiver::start(vec![], Reply::Status(503)).await;
-    let (_, secret) = stack.create_endpoint("shop", &receiver.url, &[]).await;
-    receiver.set_secret(&secret);
-    let (_, body) = stack
-        .send_event("shop", "invoice.created", json!({"invoice": "inv_1"}), None)
+    let _ = stack.subscribe("shop", &receiver).await;
+    let id = stack
+        .send_one("shop", "invoice.created", json!({"invoice": "inv_1"}))
         .await;
-    let id = first_delivery(&body);
 
-    assert!(
-        stack
-            .pump_until(T, || async {
-                status_of(&stack, &id).await == DeliveryStatus::Failed
-            })
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Failed, T).await);
     let d = stack.delivery(&id).await;
     assert_eq!(d.attempt_count, 3);
     assert_eq!(d.attempts.len(), 3, "attempt log kept");
@@ -214,13 +194,7 @@ async fn permanent_failure_goes_to_dlq_and_retry_function_redelivers() {
     .unwrap();
     assert_eq!(report.redriven, 1, "{report:?}");
     assert_eq!(stack.dlq_depth().await, 0);
-    assert!(
-        stack
-            .pump_until(T, || async {
-                status_of(&stack, &id).await == DeliveryStatus::Delivered
-            })
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     let d = stack.delivery(&id).await;
     assert_eq!(
         (d.manual_retries, d.attempt_count, d.total_attempts),
@@ -253,16 +227,14 @@ async fn retry_after_is_respected_and_timeouts_and_refused_connections_are_retri
     // 429 with Retry-After: 3 -> the second attempt waits >= 3 s (schedule says 1 s).
     let limited =
         Receiver::start(vec![Reply::RetryAfter(429, "3".into())], Reply::Status(200)).await;
-    let (_, secret) = stack.create_endpoint("a", &limited.url, &[]).await;
-    limited.set_secret(&secret);
+    let _ = stack.subscribe("a", &limited).await;
     // A receiver slower than the delivery timeout, then healthy.
     let slow = Receiver::start(
         vec![Reply::Slow(Duration::from_secs(3))],
         Reply::Status(200),
     )
     .await;
-    let (_, secret) = stack.create_endpoint("b", &slow.url, &[]).await;
-    slow.set_secret(&secret);
+    let _ = stack.subscribe("b", &slow).await;
     // Nothing listens here: connection refused.
     let refused = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -370,13 +342,7 @@ async fn idempotency_subscriptions_and_disabled_endpoints() {
     assert_eq!(error_code(&err).as_deref(), Some("conflict"));
 
     let id = first_delivery(&first);
-    assert!(
-        stack
-            .pump_until(T, || async {
-                status_of(&stack, &id).await == DeliveryStatus::Delivered
-            })
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     // Let anything stray arrive.
     for _ in 0..5 {
         stack.pump().await;
@@ -481,15 +447,8 @@ async fn bad_input_gets_clear_4xx_and_writes_nothing() {
         .call("GET", "/v1/apps/shop/endpoints", None, &[])
         .await;
     assert_eq!(endpoints["items"].as_array().unwrap().len(), 0);
-    let scan = stack
-        .clients
-        .dynamodb
-        .scan()
-        .table_name(&stack.settings.table)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(scan.count(), 0, "bad input wrote items");
+    let scan = stack.scan().await;
+    assert_eq!(scan.len(), 0, "bad input wrote items");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -644,34 +603,14 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
     // Retry one failed delivery: 202, then 409 while it is no longer failed.
     bad.set_fallback(Reply::Status(200));
     let target = failed.items[0].id.clone();
-    let (status, _, body) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/ops/deliveries/{target}/retry"),
-            None,
-            &[],
-        )
-        .await;
+    let (status, body) = stack.retry_delivery("ops", &target).await;
     assert_eq!(status, 202, "{body}");
-    let (status, _, body) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/ops/deliveries/{target}/retry"),
-            None,
-            &[],
-        )
-        .await;
+    let (status, body) = stack.retry_delivery("ops", &target).await;
     assert_eq!(
         (status, error_code(&body).as_deref()),
         (409, Some("not_failed"))
     );
-    assert!(
-        stack
-            .pump_until(T, || async {
-                stack.delivery(&target).await.status == DeliveryStatus::Delivered
-            })
-            .await
-    );
+    assert!(stack.reaches(&target, DeliveryStatus::Delivered, T).await);
 
     // The event is readable; another app's is not.
     let event_id = stack.delivery(&target).await.event_id.to_string();
@@ -696,28 +635,16 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
     );
 
     // Rotation: the new secret signs, the old one still verifies during the overlap.
-    let (status, _, rotated) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/ops/endpoints/{good_id}/rotate-secret"),
-            None,
-            &[],
-        )
+    let (status, rotated) = stack
+        .endpoint_call("POST", "ops", &good_id, "/rotate-secret", None)
         .await;
     assert_eq!(status, 200);
     let new_secret = secret_of(&rotated);
     assert_ne!(new_secret, good_secret);
-    let (_, body) = stack
-        .send_event("ops", "user.created", json!({"after": "rotation"}), None)
+    let id = stack
+        .send_one("ops", "user.created", json!({"after": "rotation"}))
         .await;
-    let id = first_delivery(&body);
-    assert!(
-        stack
-            .pump_until(T, || async {
-                stack.delivery(&id).await.status == DeliveryStatus::Delivered
-            })
-            .await
-    );
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     let last = good.received().pop().unwrap();
     assert_eq!(
         last.headers["webhook-signature"].split(' ').count(),
@@ -729,17 +656,8 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         "old secret still verifies"
     );
     good.set_secret(&new_secret);
-    let (_, body) = stack
-        .send_event("ops", "user.created", json!({"n": 2}), None)
-        .await;
-    let id = first_delivery(&body);
-    assert!(
-        stack
-            .pump_until(T, || async {
-                stack.delivery(&id).await.status == DeliveryStatus::Delivered
-            })
-            .await
-    );
+    let id = stack.send_one("ops", "user.created", json!({"n": 2})).await;
+    assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
     let last = good.received().pop().unwrap();
     assert!(last.standard_ok && last.stripe_ok, "new secret verifies");
     let (_, _, listed) = stack.call("GET", "/v1/apps/ops/endpoints", None, &[]).await;
@@ -749,12 +667,13 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
     );
 
     // PATCH disables; DELETE removes.
-    let (status, _, patched) = stack
-        .call(
+    let (status, patched) = stack
+        .endpoint_call(
             "PATCH",
-            &format!("/v1/apps/ops/endpoints/{bad_id}"),
+            "ops",
+            &bad_id,
+            "",
             Some(json!({"disabled": true, "event_types": ["order.refunded"]})),
-            &[],
         )
         .await;
     assert_eq!(
@@ -762,12 +681,13 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         (200, Some(true)),
         "{patched}"
     );
-    let (status, _, err) = stack
-        .call(
+    let (status, err) = stack
+        .endpoint_call(
             "PATCH",
-            &format!("/v1/apps/ops/endpoints/{bad_id}"),
+            "ops",
+            &bad_id,
+            "",
             Some(json!({"url": "ftp://nope"})),
-            &[],
         )
         .await;
     assert_eq!(
@@ -776,36 +696,18 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
     );
     assert_eq!(
         stack
-            .call(
-                "DELETE",
-                &format!("/v1/apps/ops/endpoints/{bad_id}"),
-                None,
-                &[]
-            )
+            .endpoint_call("DELETE", "ops", &bad_id, "", None)
             .await
             .0,
         204
     );
     assert_eq!(
-        stack
-            .call(
-                "GET",
-                &format!("/v1/apps/ops/endpoints/{bad_id}"),
-                None,
-                &[]
-            )
-            .await
-            .0,
+        stack.endpoint_call("GET", "ops", &bad_id, "", None).await.0,
         404
     );
     assert_eq!(
         stack
-            .call(
-                "DELETE",
-                &format!("/v1/apps/ops/endpoints/{bad_id}"),
-                None,
-                &[]
-            )
+            .endpoint_call("DELETE", "ops", &bad_id, "", None)
             .await
             .0,
         404

@@ -90,6 +90,33 @@ impl Stack {
         )
     }
 
+    /// Subscribes `receiver` to every event of `app` and gives it the
+    /// endpoint's secret (so it verifies signatures); returns (id, secret).
+    pub async fn subscribe(
+        &self,
+        app: &str,
+        receiver: &crate::receiver::Receiver,
+    ) -> (String, String) {
+        let (id, secret) = self.create_endpoint(app, &receiver.url, &[]).await;
+        receiver.set_secret(&secret);
+        (id, secret)
+    }
+
+    /// A call on endpoint `ep` of `app` (`suffix` after its path, e.g.
+    /// `/rotate-secret`, or empty): status and body.
+    pub async fn endpoint_call(
+        &self,
+        method: &str,
+        app: &str,
+        ep: &dyn std::fmt::Display,
+        suffix: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let path = format!("/v1/apps/{app}/endpoints/{ep}{suffix}");
+        let (status, _, body) = self.call(method, &path, body, &[]).await;
+        (status, body)
+    }
+
     /// Sends an event; returns (status, body).
     pub async fn send_event(
         &self,
@@ -131,6 +158,47 @@ impl Stack {
                 true
             })
             .await
+    }
+
+    /// Pumps the event sources until delivery `id` has `status` (or
+    /// `timeout` passes); whether it did.
+    pub async fn reaches(
+        &self,
+        id: &str,
+        status: hookline_core::model::DeliveryStatus,
+        timeout: std::time::Duration,
+    ) -> bool {
+        self.pump_until_all(&[id.to_owned()], status, timeout).await
+    }
+
+    /// Sends an event that must be accepted (202); its first delivery id.
+    pub async fn send_one(&self, app: &str, event_type: &str, payload: Value) -> String {
+        let (status, body) = self.send_event(app, event_type, payload, None).await;
+        assert_eq!(status, 202, "{body}");
+        crate::first_delivery(&body)
+    }
+
+    /// `POST /v1/apps/{app}/deliveries/{id}/retry`: its status and body.
+    pub async fn retry_delivery(&self, app: &str, id: &str) -> (u16, Value) {
+        let path = format!("/v1/apps/{app}/deliveries/{id}/retry");
+        let (status, _, body) = self.call("POST", &path, None, &[]).await;
+        (status, body)
+    }
+
+    /// Every item of the table (a scan stands for an export; tests only).
+    pub async fn scan(
+        &self,
+    ) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+        self.local
+            .clients
+            .dynamodb
+            .scan()
+            .table_name(&self.local.settings.table)
+            .send()
+            .await
+            .expect("Scan on moto")
+            .items
+            .unwrap_or_default()
     }
 
     /// Sets an attribute of a raw item (tests that move clocks or tamper).

@@ -57,20 +57,13 @@ mod tests {
             &serde_json::value::RawValue::from_string(r#"{"order_id":"ord_1042"}"#.into()).unwrap(),
             now,
         );
-        let endpoint = Endpoint {
-            id: endpoint_id.clone(),
-            app_id: app,
-            url: "https://receiver.example/hook".into(),
-            description: None,
-            event_types: vec![],
-            secret: Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
-            previous_secrets: vec![],
-            disabled: false,
-            disabled_reason: None,
-            created_at: now,
-            updated_at: now,
-            version: 0,
-        };
+        let endpoint = Endpoint::new(
+            endpoint_id.clone(),
+            app,
+            "https://receiver.example/hook",
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            now,
+        );
         let delivery = Delivery::new(
             DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap(),
             &event,

@@ -134,6 +134,16 @@ mod tests {
         Utc.timestamp_opt(secs, 0).unwrap()
     }
 
+    /// `handle` on a stream event given as JSON, at a fixed time.
+    async fn handle_json(
+        store: &MemoryStore,
+        queue: &MemoryQueue,
+        json: serde_json::Value,
+    ) -> DynamoDbEventResponse {
+        let event = serde_json::from_value(json).expect("a DynamoDB stream event");
+        handle(store, queue, event, at(1_796_217_600)).await
+    }
+
     #[tokio::test]
     async fn insert_of_a_pending_delivery_queues_attempt_one_now() {
         let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
@@ -188,13 +198,7 @@ mod tests {
         // The second record is poison (undecodable): it fails on every retry.
         json["Records"][1]["dynamodb"]["NewImage"]["attempt_count"] =
             serde_json::json!({"S": "many"});
-        let response = handle(
-            &store,
-            &queue,
-            serde_json::from_value(json).unwrap(),
-            at(1_796_217_600),
-        )
-        .await;
+        let response = handle_json(&store, &queue, json).await;
         let reported: Vec<_> = response
             .batch_item_failures
             .iter()
@@ -219,13 +223,7 @@ mod tests {
         queue.refuse(
             &hookline_core::ids::DeliveryId::parse("dlv_01m8vgw5r0fd5bkndpb8a897m8").unwrap(),
         );
-        let response = handle(
-            &store,
-            &queue,
-            serde_json::from_value(json).unwrap(),
-            at(1_796_217_600),
-        )
-        .await;
+        let response = handle_json(&store, &queue, json).await;
         assert_eq!(response.batch_item_failures.len(), 1);
         assert!(queue.sent().is_empty());
     }
@@ -236,13 +234,7 @@ mod tests {
         let mut json: serde_json::Value = insert_json();
         json["Records"][0]["dynamodb"]["NewImage"]["attempt_count"] =
             serde_json::json!({"S": "many"});
-        let response = handle(
-            &store,
-            &queue,
-            serde_json::from_value(json).unwrap(),
-            at(1_796_217_600),
-        )
-        .await;
+        let response = handle_json(&store, &queue, json).await;
         assert_eq!(response.batch_item_failures.len(), 1);
         assert_eq!(
             response.batch_item_failures[0].item_identifier.as_deref(),

@@ -2,24 +2,19 @@
 #![recursion_limit = "256"]
 
 use aws_lambda_events::event::dynamodb::Event;
+use hookline_aws::clients::{init_tracing, Deps};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use tokio::sync::OnceCell;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    hookline_aws::clients::init_tracing();
-    // Settings checked at init; AWS clients built on the first batch.
-    let settings = hookline_aws::clients::settings_from_env()?;
-    let deps = OnceCell::new();
+    init_tracing();
+    let deps = Deps::from_env()?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
-        let (deps, settings) = (&deps, &settings);
+        let deps = &deps;
         async move {
-            let (store, queue) = deps
-                .get_or_init(|| hookline_aws::clients::store_and_queue(settings))
-                .await;
-            Ok::<_, Error>(
-                hookline_dispatch::handle(store, queue, event.payload, chrono::Utc::now()).await,
-            )
+            let (store, queue) = deps.adapters().await;
+            let now = chrono::Utc::now();
+            Ok::<_, Error>(hookline_dispatch::handle(store, queue, event.payload, now).await)
         }
     }))
     .await

@@ -82,6 +82,26 @@ mod tests {
         }
     }
 
+    /// Calls the API with `events/<name>.json` (the `sam local invoke` fixtures).
+    macro_rules! fixture {
+        ($api:expr, $name:literal) => {
+            call(
+                &$api,
+                include_str!(concat!("../../../events/", $name, ".json")),
+            )
+        };
+    }
+
+    async fn answer(api: &Api<MemoryStore, MemoryQueue>, request: Request) -> Response<Body> {
+        handle(
+            api,
+            request,
+            Utc::now(),
+            &mut rand::rngs::StdRng::seed_from_u64(1),
+        )
+        .await
+    }
+
     async fn call(api: &Api<MemoryStore, MemoryQueue>, fixture: &str) -> (u16, serde_json::Value) {
         let request =
             lambda_http::request::from_str(fixture).expect("fixture is an API Gateway v2 event");
@@ -102,65 +122,42 @@ mod tests {
     #[tokio::test]
     async fn fixtures_drive_the_api() {
         let api = api();
-        assert_eq!(
-            call(&api, include_str!("../../../events/api-health.json"))
-                .await
-                .0,
-            200
-        );
-        let (status, endpoint) = call(
-            &api,
-            include_str!("../../../events/api-create-endpoint.json"),
-        )
-        .await;
+        assert_eq!(fixture!(api, "api-health").await.0, 200);
+        let (status, endpoint) = fixture!(api, "api-create-endpoint").await;
         assert_eq!(status, 201, "{endpoint}");
         assert!(endpoint["secret"].as_str().unwrap().starts_with("whsec_"));
-        let (status, list) = call(
-            &api,
-            include_str!("../../../events/api-list-endpoints.json"),
-        )
-        .await;
+        let (status, list) = fixture!(api, "api-list-endpoints").await;
         assert_eq!(status, 200);
         assert!(
             list["items"][0].get("secret").is_none(),
             "secrets never in lists: {list}"
         );
-        let (status, accepted) =
-            call(&api, include_str!("../../../events/api-post-event.json")).await;
+        let (status, accepted) = fixture!(api, "api-post-event").await;
         assert_eq!(status, 202, "{accepted}");
         assert_eq!(accepted["delivery_ids"].as_array().unwrap().len(), 1);
-        let (status, again) = call(&api, include_str!("../../../events/api-post-event.json")).await;
+        let (status, again) = fixture!(api, "api-post-event").await;
         assert_eq!(
             (status, &again),
             (202, &accepted),
             "same Idempotency-Key, same answer"
         );
         assert_eq!(api.store.deliveries().len(), 1);
-        let (status, report) = call(&api, include_str!("../../../events/api-redrive.json")).await;
+        let (status, report) = fixture!(api, "api-redrive").await;
         assert_eq!(status, 200, "{report}");
         assert_eq!(report["dry_run"], true);
-        let (status, doc) = call(&api, include_str!("../../../events/api-openapi.json")).await;
+        let (status, doc) = fixture!(api, "api-openapi").await;
         assert_eq!((status, doc["openapi"].as_str()), (200, Some("3.1.0")));
-        let (status, key) = call(
-            &api,
-            include_str!("../../../events/api-create-api-key.json"),
-        )
-        .await;
+        let (status, key) = fixture!(api, "api-create-api-key").await;
         assert_eq!(status, 201, "{key}");
         assert!(key["key"].as_str().unwrap().starts_with("key_"));
-        let (status, dlq) = call(&api, include_str!("../../../events/api-dlq-status.json")).await;
+        let (status, dlq) = fixture!(api, "api-dlq-status").await;
         assert_eq!((status, dlq["depth"].as_u64()), (200, Some(0)));
-        let (status, recover) = call(
-            &api,
-            include_str!("../../../events/api-recover-endpoint.json"),
-        )
-        .await;
+        let (status, recover) = fixture!(api, "api-recover-endpoint").await;
         assert_eq!(
             (status, recover["error"]["code"].as_str()),
             (404, Some("not_found"))
         );
-        let (status, missing) =
-            call(&api, include_str!("../../../events/api-get-delivery.json")).await;
+        let (status, missing) = fixture!(api, "api-get-delivery").await;
         assert_eq!(
             (status, missing["error"]["code"].as_str()),
             (404, Some("not_found"))
@@ -220,13 +217,7 @@ mod tests {
                 None,
             )
             .unwrap();
-            let response = handle(
-                &api,
-                request,
-                Utc::now(),
-                &mut rand::rngs::StdRng::seed_from_u64(1),
-            )
-            .await;
+            let response = answer(&api, request).await;
             let body = String::from_utf8_lossy(response.body().as_ref()).into_owned();
             assert!(
                 !body.contains("no such route") && response.status() != 405,
@@ -255,13 +246,7 @@ mod tests {
     async fn dashboard_is_served_without_a_key_and_locked_to_its_origin() {
         let api = api();
         let request = apigw::http_request("GET", "/dashboard", &[], None).unwrap();
-        let response = handle(
-            &api,
-            request,
-            Utc::now(),
-            &mut rand::rngs::StdRng::seed_from_u64(1),
-        )
-        .await;
+        let response = answer(&api, request).await;
         assert_eq!(response.status(), 200);
         assert!(response.headers()["content-type"]
             .to_str()

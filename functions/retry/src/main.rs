@@ -1,18 +1,14 @@
+use hookline_aws::clients::{init_tracing, Deps};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use tokio::sync::OnceCell;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    hookline_aws::clients::init_tracing();
-    // Settings checked at init; AWS clients built on the first invocation.
-    let settings = hookline_aws::clients::settings_from_env()?;
-    let deps = OnceCell::new();
+    init_tracing();
+    let deps = Deps::from_env()?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
-        let (deps, settings) = (&deps, &settings);
+        let deps = &deps;
         async move {
-            let (store, queue) = deps
-                .get_or_init(|| hookline_aws::clients::store_and_queue(settings))
-                .await;
+            let (store, queue) = deps.adapters().await;
             let now = chrono::Utc::now();
             let budget = hookline_retry::budget(event.context.deadline, now);
             Ok::<_, Error>(hookline_retry::handle(store, queue, event.payload, now, budget).await?)

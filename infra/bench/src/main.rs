@@ -102,22 +102,16 @@ async fn batch_events(
     let ingest_event =
         hookline_ingest::apigw::http_event("POST", "/v1/apps/bench/events", &headers, Some(&body));
     // Two more events through the stack so the stream batch has 10+ records.
-    stack
-        .call(
-            "POST",
-            "/v1/apps/bench/events",
-            Some(serde_json::from_str(&body).unwrap_or_default()),
-            &[],
-        )
-        .await;
-    stack
-        .call(
-            "POST",
-            "/v1/apps/bench/events",
-            Some(serde_json::from_str(&body).unwrap_or_default()),
-            &[],
-        )
-        .await;
+    for _ in 0..2 {
+        stack
+            .call(
+                "POST",
+                "/v1/apps/bench/events",
+                Some(serde_json::from_str(&body).unwrap_or_default()),
+                &[],
+            )
+            .await;
+    }
     let stream_event = stack.next_stream_event().await.map_err(|e| e.to_string())?;
     let mut events = HashMap::new();
     events.insert("ingest", vec![ingest_event.to_string()]);

@@ -75,20 +75,13 @@ async fn one_batch(url: &str, concurrency: usize, batch: usize) -> Result<BatchR
     let now = Utc::now();
     let store = MemoryStore::default();
     let app = AppId::parse("bench").map_err(|e| e.to_string())?;
-    let endpoint = Endpoint {
-        id: EndpointId::new(now, &mut rng),
-        app_id: app.clone(),
-        url: url.to_owned(),
-        description: None,
-        event_types: vec![],
-        secret: Secret::generate(&mut rng),
-        previous_secrets: vec![],
-        disabled: false,
-        disabled_reason: None,
-        created_at: now,
-        updated_at: now,
-        version: 0,
-    };
+    let endpoint = Endpoint::new(
+        EndpointId::new(now, &mut rng),
+        app.clone(),
+        url.to_owned(),
+        Secret::generate(&mut rng),
+        now,
+    );
     store
         .put_endpoint(&endpoint)
         .await

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use hookline_core::signing::{self, Schemes, Secret};
 use hookline_verify::{Scheme, Verifier};
 
@@ -33,20 +33,28 @@ enum SchemeArg {
     Stripe,
 }
 
+/// The signing secret(s): one per `--secret` (or `HOOKLINE_SECRET`); several
+/// during a rotation (one signature each; a receiver accepts any).
+#[derive(Debug, Args)]
+struct Secrets {
+    /// Signing secret (`whsec_...`); repeat during a rotation.
+    #[arg(
+        long = "secret",
+        env = "HOOKLINE_SECRET",
+        required = true,
+        num_args = 1
+    )]
+    secrets: Vec<String>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print a new random secret (`whsec_` + base64 of 32 bytes).
     GenSecret,
     /// Sign a body; print the headers a receiver gets, as JSON.
     Sign {
-        /// Signing secret; repeat for a rotation (one signature per secret).
-        #[arg(
-            long = "secret",
-            env = "HOOKLINE_SECRET",
-            required = true,
-            num_args = 1
-        )]
-        secrets: Vec<String>,
+        #[command(flatten)]
+        secrets: Secrets,
         /// Message id (`webhook-id`).
         #[arg(long)]
         id: String,
@@ -61,14 +69,8 @@ enum Command {
     },
     /// Verify a delivery: exit 0 when valid, 1 with the reason otherwise.
     Verify {
-        /// Secret(s) the receiver holds.
-        #[arg(
-            long = "secret",
-            env = "HOOKLINE_SECRET",
-            required = true,
-            num_args = 1
-        )]
-        secrets: Vec<String>,
+        #[command(flatten)]
+        secrets: Secrets,
         /// A header as `Name: value`; repeatable.
         #[arg(long = "header")]
         headers: Vec<String>,
@@ -144,6 +146,7 @@ fn run(cli: Cli) -> Result<String, String> {
             scheme,
         } => {
             let secrets = secrets
+                .secrets
                 .iter()
                 .map(|s| Secret::parse(s).map_err(|e| e.to_string()))
                 .collect::<Result<Vec<_>, _>>()?;
@@ -179,7 +182,7 @@ fn run(cli: Cli) -> Result<String, String> {
         } => {
             let headers = parse_headers(&headers, headers_file.as_ref())?;
             let body = read_body(body_file.as_ref())?;
-            let verifier = Verifier::with_secrets(&secrets)
+            let verifier = Verifier::with_secrets(&secrets.secrets)
                 .map_err(|e| e.to_string())?
                 .tolerance(Duration::from_secs(tolerance));
             let result = match now {

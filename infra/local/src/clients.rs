@@ -34,27 +34,26 @@ pub async fn local_sdk_config(endpoint_url: &str) -> SdkConfig {
         .await
 }
 
+/// A client of SDK crate `$sdk` whose every request `$counter` counts.
+macro_rules! counted {
+    ($sdk:ident, $config:expr, $counter:expr) => {
+        $sdk::Client::from_conf(
+            $sdk::config::Builder::from($config)
+                .interceptor($counter.clone())
+                .build(),
+        )
+    };
+}
+
 /// The functions' clients, every request counted by `counter` when given.
 pub fn function_clients(config: &SdkConfig, counter: Option<&CallCounter>) -> Clients {
     let Some(counter) = counter else {
         return Clients::from_config(config);
     };
     Clients {
-        dynamodb: aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(config)
-                .interceptor(counter.clone())
-                .build(),
-        ),
-        sqs: aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::config::Builder::from(config)
-                .interceptor(counter.clone())
-                .build(),
-        ),
-        kms: aws_sdk_kms::Client::from_conf(
-            aws_sdk_kms::config::Builder::from(config)
-                .interceptor(counter.clone())
-                .build(),
-        ),
+        dynamodb: counted!(aws_sdk_dynamodb, config, counter),
+        sqs: counted!(aws_sdk_sqs, config, counter),
+        kms: counted!(aws_sdk_kms, config, counter),
     }
 }
 
@@ -74,16 +73,8 @@ impl SourceClients {
                 sqs: aws_sdk_sqs::Client::new(config),
             },
             Some(counter) => Self {
-                streams: aws_sdk_dynamodbstreams::Client::from_conf(
-                    aws_sdk_dynamodbstreams::config::Builder::from(config)
-                        .interceptor(counter.clone())
-                        .build(),
-                ),
-                sqs: aws_sdk_sqs::Client::from_conf(
-                    aws_sdk_sqs::config::Builder::from(config)
-                        .interceptor(counter.clone())
-                        .build(),
-                ),
+                streams: counted!(aws_sdk_dynamodbstreams, config, counter),
+                sqs: counted!(aws_sdk_sqs, config, counter),
             },
         }
     }

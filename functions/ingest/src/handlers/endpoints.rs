@@ -86,18 +86,15 @@ pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
         None => Secret::generate(call.rng),
     };
     let endpoint = Endpoint {
-        id: EndpointId::new(call.now, call.rng),
-        app_id: path.app_id,
-        url: req.url,
         description: req.description,
         event_types: req.event_types,
-        secret,
-        previous_secrets: vec![],
-        disabled: false,
-        disabled_reason: None,
-        created_at: call.now,
-        updated_at: call.now,
-        version: 0,
+        ..Endpoint::new(
+            EndpointId::new(call.now, call.rng),
+            path.app_id,
+            req.url,
+            secret,
+            call.now,
+        )
     };
     api.store.put_endpoint(&endpoint).await?;
     tracing::info!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, "endpoint created");

@@ -80,6 +80,33 @@ pub fn settings_from_env(
     })
 }
 
+/// What every function needs: its settings, read and checked at init, and
+/// the store and queue, built on the first invocation (building the SDK
+/// configuration — credential chain, TLS roots — is most of a cold start, so
+/// init stays as fast as a hello-world function's).
+#[derive(Debug)]
+pub struct Deps {
+    pub settings: hookline_pipeline::Settings,
+    adapters: tokio::sync::OnceCell<(crate::DynamoStore, crate::SqsQueue)>,
+}
+
+impl Deps {
+    /// Reads the settings from the environment; an error fails the cold start.
+    pub fn from_env() -> Result<Self, hookline_pipeline::settings::ConfigError> {
+        Ok(Self {
+            settings: settings_from_env()?,
+            adapters: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// The store and queue (built once, on first use).
+    pub async fn adapters(&self) -> &(crate::DynamoStore, crate::SqsQueue) {
+        self.adapters
+            .get_or_init(|| store_and_queue(&self.settings))
+            .await
+    }
+}
+
 /// The store and queue for `settings`, on clients from the environment.
 /// Functions call this lazily, on their first invocation: building the SDK
 /// configuration (credential chain, TLS roots) is most of a cold start, and

@@ -433,18 +433,15 @@ mod tests {
             now,
         );
         let ep = Endpoint {
-            id: EndpointId::generate(),
-            app_id: app,
-            url: "https://example.com/h".into(),
             description: Some("d".into()),
             event_types: vec!["order.*".into()],
-            secret: Secret::generate(&mut rand::thread_rng()),
-            previous_secrets: vec![],
-            disabled: false,
-            disabled_reason: None,
-            created_at: now,
-            updated_at: now,
-            version: 0,
+            ..Endpoint::new(
+                EndpointId::generate(),
+                app,
+                "https://example.com/h",
+                Secret::generate(&mut rand::thread_rng()),
+                now,
+            )
         };
         let d = Delivery::new(
             DeliveryId::for_event_endpoint(&event.id, &ep.id),

@@ -136,6 +136,20 @@ impl DynamoStore {
         self.serial.guard().await
     }
 
+    /// Writes an item that must not exist yet (create-only).
+    async fn put_new(&self, item: HashMap<String, AttributeValue>) -> Result<()> {
+        let _g = self.guard().await;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(PK)")
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem", e))?;
+        Ok(())
+    }
+
     fn key(pk: String, sk: &str) -> HashMap<String, AttributeValue> {
         HashMap::from([(PK.to_owned(), s(pk)), (SK.to_owned(), s(sk))])
     }
@@ -317,16 +331,7 @@ impl Store for DynamoStore {
 
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         let item = self.endpoint_to_sdk(endpoint).await?;
-        let _g = self.guard().await;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(PK)")
-            .send()
-            .await
-            .map_err(|e| store_error("PutItem", e))?;
-        Ok(())
+        self.put_new(item).await
     }
 
     async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
@@ -686,17 +691,7 @@ impl Store for DynamoStore {
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
-        let item = into_sdk(schema::api_key_item(key)?);
-        let _g = self.guard().await;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(PK)")
-            .send()
-            .await
-            .map_err(|e| store_error("PutItem", e))?;
-        Ok(())
+        self.put_new(into_sdk(schema::api_key_item(key)?)).await
     }
 
     async fn get_api_key(&self, id: &ApiKeyId) -> Result<Option<ApiKey>> {

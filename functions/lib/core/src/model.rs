@@ -166,6 +166,30 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// A new, enabled endpoint receiving every event type, version 0.
+    pub fn new(
+        id: EndpointId,
+        app_id: AppId,
+        url: impl Into<String>,
+        secret: Secret,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id,
+            app_id,
+            url: url.into(),
+            description: None,
+            event_types: vec![],
+            secret,
+            previous_secrets: vec![],
+            disabled: false,
+            disabled_reason: None,
+            created_at: now,
+            updated_at: now,
+            version: 0,
+        }
+    }
+
     /// Whether an event of `event_type` goes to this endpoint.
     pub fn subscribes_to(&self, event_type: &EventType) -> bool {
         let t = event_type.as_str();
@@ -823,20 +847,13 @@ mod tests {
     #[test]
     fn subscriptions_and_rotation() {
         let mut rng = StdRng::seed_from_u64(9);
-        let mut ep = Endpoint {
-            id: EndpointId::generate(),
-            app_id: AppId::parse("app1").unwrap(),
-            url: "https://example.com/hook".into(),
-            description: None,
-            event_types: vec![],
-            secret: Secret::generate(&mut rng),
-            previous_secrets: vec![],
-            disabled: false,
-            disabled_reason: None,
-            created_at: t0(),
-            updated_at: t0(),
-            version: 0,
-        };
+        let mut ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("app1").unwrap(),
+            "https://example.com/hook",
+            Secret::generate(&mut rng),
+            t0(),
+        );
         let paid = EventType::parse("order.paid").unwrap();
         let user = EventType::parse("user.created").unwrap();
         assert!(ep.receives(&paid) && ep.receives(&user));

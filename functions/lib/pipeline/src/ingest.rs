@@ -236,6 +236,13 @@ mod tests {
 
     const BODY: &[u8] = br#"{"event_type":"order.paid","payload":{"n":1}}"#;
 
+    /// `BODY` for app `acme` with Idempotency-Key `k`, now.
+    async fn ingest_k(store: &MemoryStore, rng: &mut StdRng) -> Accepted {
+        ingest(store, &settings(), "acme", Some("k"), BODY, Utc::now(), rng)
+            .await
+            .expect("accepted")
+    }
+
     /// DynamoDB answers TransactionConflict when a concurrent request holds
     /// the same idempotency key: retried, never a 500.
     #[tokio::test]
@@ -277,31 +284,11 @@ mod tests {
     async fn a_contended_commit_replays_the_winner() {
         let store = MemoryStore::default();
         let mut rng = StdRng::seed_from_u64(2);
-        let winner = ingest(
-            &store,
-            &settings(),
-            "acme",
-            Some("k"),
-            BODY,
-            Utc::now(),
-            &mut rng,
-        )
-        .await
-        .unwrap();
+        let winner = ingest_k(&store, &mut rng).await;
         // The loser read no record before the winner committed, then met
         // the conflict: simulate by contending its first commit.
         store.contend_next_commits(1);
-        let loser = ingest(
-            &store,
-            &settings(),
-            "acme",
-            Some("k"),
-            BODY,
-            Utc::now(),
-            &mut rng,
-        )
-        .await
-        .unwrap();
+        let loser = ingest_k(&store, &mut rng).await;
         assert!(loser.replayed);
         assert_eq!(loser.body, winner.body);
         crate::fakes::record_figure(

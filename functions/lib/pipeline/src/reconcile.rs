@@ -160,6 +160,16 @@ mod tests {
         Settings::for_tests(&[("WEBHOOKS_RECONCILE_AFTER", "15m")]).unwrap()
     }
 
+    async fn run_at(
+        store: &MemoryStore,
+        queue: &MemoryQueue,
+        at: DateTime<Utc>,
+    ) -> ReconcileReport {
+        reconcile(store, queue, &settings(), at)
+            .await
+            .expect("a reconciler run")
+    }
+
     fn event(at: DateTime<Utc>) -> Event {
         Event::new(
             EventId::new(at, &mut rand::thread_rng()),
@@ -200,7 +210,7 @@ mod tests {
         }
         let (old_message, _) = message_for(&lost, now).unwrap();
 
-        let report = reconcile(&store, &queue, &settings(), now).await.unwrap();
+        let report = run_at(&store, &queue, now).await;
         assert_eq!(
             (report.overdue, report.requeued, report.complete),
             (1, 1, true)
@@ -224,25 +234,11 @@ mod tests {
 
         // Idempotent: the next run (the message not handled yet, but due
         // only now) queues nothing more.
-        let again = reconcile(
-            &store,
-            &queue,
-            &settings(),
-            now + chrono::Duration::minutes(5),
-        )
-        .await
-        .unwrap();
+        let again = run_at(&store, &queue, now + chrono::Duration::minutes(5)).await;
         assert_eq!((again.overdue, again.requeued), (0, 0));
         // Lost again: one period later it is queued again (and `fresh`,
         // overdue by then, with it; `later` is not due).
-        let third = reconcile(
-            &store,
-            &queue,
-            &settings(),
-            now + chrono::Duration::minutes(16),
-        )
-        .await
-        .unwrap();
+        let third = run_at(&store, &queue, now + chrono::Duration::minutes(16)).await;
         assert_eq!(third.requeued, 2);
         crate::fakes::record_figure(
             "races",
@@ -289,19 +285,12 @@ mod tests {
             fanout_remaining: targets,
             fanout_version: 0,
         });
-        let report = reconcile(&store, &queue, &settings(), now).await.unwrap();
+        let report = run_at(&store, &queue, now).await;
         assert_eq!(report.fanouts, 1);
         assert_eq!(store.deliveries().len(), 2);
         // The new deliveries are due at once (dispatch queues them from the
         // stream; if that is lost too, the next run finds them overdue).
-        let later = reconcile(
-            &store,
-            &queue,
-            &settings(),
-            now + chrono::Duration::minutes(16),
-        )
-        .await
-        .unwrap();
+        let later = run_at(&store, &queue, now + chrono::Duration::minutes(16)).await;
         assert_eq!((later.fanouts, later.requeued), (0, 2));
     }
 }
