@@ -1,17 +1,13 @@
 //! One matched, authorised request as a handler sees it ([`Call`]): typed
-//! extraction of the path, query and JSON body (each with its own 400
-//! code), and the response helpers.
+//! extraction of the path, query and JSON body, each with its own 400 code.
 
 use chrono::{DateTime, Utc};
-use lambda_http::http::{HeaderValue, StatusCode};
 use lambda_http::{Body, Request, RequestExt, Response};
 use rand::RngCore;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::router::Params;
 
 /// What a handler answers.
 pub type Answer = Result<Response<Body>, ApiError>;
@@ -23,6 +19,25 @@ pub struct Call<'a> {
     pub params: Params<'a>,
     pub now: DateTime<Utc>,
     pub rng: &'a mut (dyn RngCore + Send),
+    /// The OpenAPI document of the routes (served by `GET /openapi.json`).
+    pub document: fn() -> &'static str,
+}
+
+/// The path parameters of a matched route.
+#[derive(Debug, Default)]
+pub struct Params<'a> {
+    pub(crate) pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Params<'a> {
+    /// A parameter the route template names.
+    pub fn get(&self, name: &str) -> Option<&'a str> {
+        self.pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
+        self.pairs.iter().copied()
+    }
 }
 
 fn strings<'k>(pairs: impl Iterator<Item = (&'k str, &'k str)>) -> Value {
@@ -78,27 +93,4 @@ impl<'a> Call<'a> {
             self.json()
         }
     }
-}
-
-/// A JSON answer.
-pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
-    let body = serde_json::to_string(value).unwrap_or_else(|_| "{}".to_owned());
-    with_type(status, Body::Text(body), "application/json")
-}
-
-/// An answer with a body of `content_type`.
-pub fn with_type(status: StatusCode, body: Body, content_type: &'static str) -> Response<Body> {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert("content-type", HeaderValue::from_static(content_type));
-    response
-}
-
-/// 204.
-pub fn no_content() -> Response<Body> {
-    let mut response = Response::new(Body::Empty);
-    *response.status_mut() = StatusCode::NO_CONTENT;
-    response
 }

@@ -5,7 +5,7 @@ use hookline_pipeline::PipelineError;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Response};
 
-use crate::call::json;
+use crate::respond::json;
 use crate::views::ErrorBody;
 
 /// An error answer.

@@ -10,6 +10,7 @@
 //! - [`handlers`]: one module per resource (`events`, `endpoints`,
 //!   `deliveries`, `api_keys`, `dlq`, `meta`).
 //! - [`call`]: what a handler gets — typed path, query and body extraction.
+//! - [`respond`]: building answers (JSON, 204).
 //! - [`views`]: request and response shapes, with their OpenAPI schemas.
 //! - [`error`]: [`ApiError`], the only place pipeline errors become statuses.
 //! - [`auth`]: the admin key and app-scoped keys (stored hashed, compared in
@@ -23,6 +24,7 @@ pub mod call;
 pub mod dashboard;
 pub mod error;
 pub mod handlers;
+pub mod respond;
 pub mod router;
 pub mod views;
 

@@ -18,7 +18,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::auth::Scope;
-use crate::call::{Answer, Call};
+use crate::call::{Answer, Call, Params};
 use crate::error::ApiError;
 use crate::handlers::{api_keys, deliveries, dlq, endpoints, events, meta};
 use crate::Api;
@@ -175,23 +175,6 @@ pub fn document() -> &'static str {
     })
 }
 
-/// The path parameters of a matched route.
-#[derive(Debug, Default)]
-pub struct Params<'a> {
-    pairs: Vec<(&'a str, &'a str)>,
-}
-
-impl<'a> Params<'a> {
-    /// A parameter the route template names.
-    pub fn get(&self, name: &str) -> Option<&'a str> {
-        self.pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> + '_ {
-        self.pairs.iter().copied()
-    }
-}
-
 /// Why no route matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Miss {
@@ -272,6 +255,7 @@ pub async fn route<S: Store, Q: Queue>(
         params,
         now,
         rng,
+        document,
     };
     dispatch(route.op, api, call).await
 }

@@ -6,8 +6,9 @@ use hookline_pipeline::ports::Store;
 use hookline_pipeline::PipelineError;
 use lambda_http::http::StatusCode;
 
-use crate::call::{json, no_content, Answer, Call};
+use crate::call::{Answer, Call};
 use crate::error::ApiError;
+use crate::respond::{json, no_content};
 use crate::views::{ApiKeyList, ApiKeyOut, ApiKeyPath, AppPath, CreateApiKey, ErrorBody};
 use crate::Api;
 

@@ -9,8 +9,9 @@ use hookline_pipeline::recover::{retry_failed, RetryOutcome};
 use hookline_pipeline::PipelineError;
 use lambda_http::http::StatusCode;
 
-use crate::call::{json, Answer, Call};
+use crate::call::{Answer, Call};
 use crate::error::ApiError;
+use crate::respond::json;
 use crate::views::{AppPath, DeliveryFilters, DeliveryList, DeliveryOut, DeliveryPath, ErrorBody};
 use crate::Api;
 

@@ -4,7 +4,8 @@ use hookline_pipeline::ports::{Queue, Store};
 use hookline_pipeline::redrive::{redrive, RedriveReport, RedriveRequest};
 use lambda_http::http::StatusCode;
 
-use crate::call::{json, Answer, Call};
+use crate::call::{Answer, Call};
+use crate::respond::json;
 use crate::views::{DlqStatus, ErrorBody};
 use crate::Api;
 

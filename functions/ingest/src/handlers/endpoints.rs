@@ -9,8 +9,9 @@ use hookline_pipeline::sender::{check_endpoint_url, check_resolved_host};
 use hookline_pipeline::PipelineError;
 use lambda_http::http::StatusCode;
 
-use crate::call::{json, no_content, Answer, Call};
+use crate::call::{Answer, Call};
 use crate::error::ApiError;
+use crate::respond::{json, no_content};
 use crate::views::{
     AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath, ErrorBody, RotateSecret,
     UpdateEndpoint,

@@ -6,7 +6,8 @@ use hookline_pipeline::PipelineError;
 use lambda_http::http::{HeaderValue, StatusCode};
 use lambda_http::Body;
 
-use crate::call::{json, with_type, Answer, Call};
+use crate::call::{Answer, Call};
+use crate::respond::{json, with_type};
 use crate::views::{AppPath, ErrorBody, EventOut, EventPath, IdempotencyHeader};
 use crate::Api;
 

@@ -3,7 +3,8 @@
 use lambda_http::http::StatusCode;
 use lambda_http::Body;
 
-use crate::call::{json, with_type, Answer, Call};
+use crate::call::{Answer, Call};
+use crate::respond::{json, with_type};
 use crate::views::Health;
 use crate::Api;
 
@@ -22,10 +23,10 @@ pub async fn health<S, Q>(_api: &Api<S, Q>, _call: Call<'_>) -> Answer {
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "meta",
     responses((status = 200, description = "the OpenAPI 3.1 document", content_type = "application/json")))]
-pub async fn openapi<S, Q>(_api: &Api<S, Q>, _call: Call<'_>) -> Answer {
+pub async fn openapi<S, Q>(_api: &Api<S, Q>, call: Call<'_>) -> Answer {
     Ok(with_type(
         StatusCode::OK,
-        Body::Text(crate::router::document().to_owned()),
+        Body::Text((call.document)().to_owned()),
         "application/json",
     ))
 }

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::TransactWriteItem;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use hookline_core::ids::AppId;
 use hookline_core::model::{Endpoint, EventType};
@@ -31,7 +31,6 @@ use serde_dynamo::Item;
 use serde_json::value::RawValue;
 
 use crate::schema;
-use crate::store::put_if_absent;
 
 /// Wraps a conditional put (never overwrites) as a transaction item.
 pub(crate) fn put_new(table: &str, item: Item) -> Result<TransactWriteItem> {
@@ -92,4 +91,14 @@ pub fn event_items(
     let mut rng = StdRng::from_entropy();
     let (new, response) = plan_event(app_id, event_type, payload, endpoints, now, &mut rng);
     Ok((transact_items(table, &new, retention)?, response))
+}
+
+/// Builds a `Put` of `item` that refuses to overwrite (also the store's create-only items).
+pub(crate) fn put_if_absent(table: &str, item: Item) -> Result<Put> {
+    Put::builder()
+        .table_name(table)
+        .set_item(Some(item.into()))
+        .condition_expression("attribute_not_exists(PK)")
+        .build()
+        .map_err(|e| crate::error::corrupt("put", e))
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
 };
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
@@ -822,14 +822,4 @@ fn versioned_update(
     request
         .condition_expression(version_condition(expected))
         .expression_attribute_values(":expected_version", AttributeValue::N(expected.to_string()))
-}
-
-/// Builds a `Put` of `item` that refuses to overwrite (shared with the outbox).
-pub(crate) fn put_if_absent(table: &str, item: Item) -> Result<Put> {
-    Put::builder()
-        .table_name(table)
-        .set_item(Some(into_sdk(item)))
-        .condition_expression("attribute_not_exists(PK)")
-        .build()
-        .map_err(|e| corrupt("put", e))
 }
