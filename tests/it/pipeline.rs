@@ -713,3 +713,64 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         404
     );
 }
+
+/// `POST /events/batch` on moto: every accepted event committed on its own
+/// (real transactions) and delivered; a refused one writes nothing; a key
+/// used before is replayed, not written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_events_is_accepted_event_by_event_and_delivered() {
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    stack.subscribe("shop", &receiver).await;
+    let (status, single) = stack
+        .send_event("shop", "order.paid", json!({"n": 0}), Some("order-0"))
+        .await;
+    assert_eq!(status, 202);
+    let batch = json!({"events": [
+        {"event_type": "order.paid", "payload": {"n": 1}, "idempotency_key": "order-1"},
+        {"event_type": "order.paid", "payload": {"n": 0}, "idempotency_key": "order-0"},
+        {"event_type": "not a type", "payload": {"n": 2}},
+        {"event_type": "order.refunded", "payload": {"n": 3}},
+    ]});
+    let (status, _, body) = stack
+        .call("POST", "/v1/apps/shop/events/batch", Some(batch), &[])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: hookline_ingest::views::BatchResponse = view(&body);
+    let statuses: Vec<u16> = answer.items.iter().map(|i| i.status).collect();
+    assert_eq!(statuses, [202, 202, 400, 202], "{body}");
+    assert!(answer.items[1].replayed, "the key used before replays");
+    assert_eq!(
+        answer.items[1].event_id.as_deref(),
+        Some(event_id(&single).as_str())
+    );
+    let new_ids: Vec<String> = [0, 3]
+        .iter()
+        .flat_map(|&i| answer.items[i].delivery_ids.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(new_ids.len(), 2);
+    let all: Vec<String> = new_ids
+        .iter()
+        .cloned()
+        .chain([first_delivery(&single)])
+        .collect();
+    assert!(
+        stack
+            .pump_until_all(&all, DeliveryStatus::Delivered, T)
+            .await
+    );
+    // Three events in the table (the refused one wrote nothing), three POSTs.
+    let events = stack
+        .scan()
+        .await
+        .iter()
+        .filter(|i| {
+            i.get("kind")
+                .and_then(|k| k.as_s().ok())
+                .map(String::as_str)
+                == Some("event")
+        })
+        .count();
+    assert_eq!(events, 3);
+    assert_eq!(receiver.received().len(), 3);
+}

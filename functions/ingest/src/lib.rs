@@ -95,11 +95,12 @@ mod tests {
     }
 
     async fn answer(api: &Api<MemoryStore, MemoryQueue>, request: Request) -> Response<Body> {
+        // Fresh ids per request, as in Lambda (a fixed seed would repeat them).
         handle(
             api,
             request,
             Utc::now(),
-            &mut rand::rngs::StdRng::seed_from_u64(1),
+            &mut rand::rngs::StdRng::from_entropy(),
         )
         .await
     }
@@ -107,13 +108,7 @@ mod tests {
     async fn call(api: &Api<MemoryStore, MemoryQueue>, fixture: &str) -> (u16, serde_json::Value) {
         let request =
             lambda_http::request::from_str(fixture).expect("fixture is an API Gateway v2 event");
-        let response = handle(
-            api,
-            request,
-            Utc::now(),
-            &mut rand::rngs::StdRng::seed_from_u64(1),
-        )
-        .await;
+        let response = answer(api, request).await;
         let body: &[u8] = response.body().as_ref();
         (
             response.status().as_u16(),
@@ -144,6 +139,18 @@ mod tests {
             "same Idempotency-Key, same answer"
         );
         assert_eq!(api.store.deliveries().len(), 1);
+        // A batch: each event on its own, results in order.
+        let (status, batch) = fixture!(api, "api-post-event-batch").await;
+        assert_eq!(status, 200, "{batch}");
+        let batch: views::BatchResponse = serde_json::from_value(batch).unwrap();
+        let statuses: Vec<u16> = batch.items.iter().map(|i| i.status).collect();
+        assert_eq!(statuses, [202, 202, 400]);
+        assert_eq!(batch.items[0].delivery_ids.as_ref().map(Vec::len), Some(1));
+        assert_eq!(
+            batch.items[2].error.as_ref().map(|e| e.code.as_str()),
+            Some("invalid_input")
+        );
+        assert_eq!(api.store.deliveries().len(), 3, "nothing of the bad event");
         let (status, report) = fixture!(api, "api-redrive").await;
         assert_eq!(status, 200, "{report}");
         assert_eq!(report["dry_run"], true);

@@ -113,6 +113,7 @@ routes! {
     Public meta::openapi,
     Public meta::dashboard,
     AppKey events::create_event,
+    AppKey events::create_event_batch,
     AppKey events::get_event,
     AppKey endpoints::create_endpoint,
     AppKey endpoints::list_endpoints,
@@ -304,7 +305,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 20);
+        assert_eq!(routes.len(), 21);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

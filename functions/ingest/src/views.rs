@@ -268,6 +268,28 @@ pub struct DlqStatus {
     pub depth: u64,
 }
 
+/// The answer to a batch of events: one result per event, in request order.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchResponse {
+    pub items: Vec<BatchItemOut>,
+}
+
+/// One event's result: accepted (202, with its ids; `replayed` when its
+/// idempotency key answered before) or refused with the status and error a
+/// single `POST /events` would have got. Nothing of a refused event is written.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchItemOut {
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_ids: Option<Vec<String>>,
+    #[serde(default)]
+    pub replayed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
 /// `{app_id}` in a path.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]

@@ -1,14 +1,18 @@
 //! `/v1/apps/{app_id}/events`: ingestion and reading an accepted event.
 
-use hookline_pipeline::ingest::{ingest, EventRequest, IngestResponse};
+use hookline_pipeline::ingest::{ingest, ingest_batch, BatchRequest, EventRequest, IngestResponse};
 use hookline_pipeline::ports::Store;
 use hookline_pipeline::PipelineError;
 use lambda_http::http::{HeaderValue, StatusCode};
 use lambda_http::Body;
 
 use crate::call::{Answer, Call};
+use crate::error::ApiError;
 use crate::respond::{json, with_type};
-use crate::views::{AppPath, ErrorBody, EventOut, EventPath, IdempotencyHeader};
+use crate::views::{
+    AppPath, BatchItemOut, BatchResponse, ErrorBody, ErrorDetail, EventOut, EventPath,
+    IdempotencyHeader,
+};
 use crate::Api;
 
 /// Accepts an event: one delivery per enabled, subscribed endpoint, committed
@@ -44,6 +48,65 @@ pub async fn create_event<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answe
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// Accepts up to 100 events in one request, each with its own optional
+/// `idempotency_key`. Each event is all-or-nothing on its own (one
+/// transaction per event); the answer lists every event's result in order.
+#[utoipa::path(post, path = "/v1/apps/{app_id}/events/batch", tag = "events",
+    params(AppPath), request_body = BatchRequest,
+    responses(
+        (status = 200, body = BatchResponse, description = "one result per event, in order"),
+        (status = 400, body = ErrorBody, description = "not a batch, or not 1-100 events"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 413, body = ErrorBody)))]
+pub async fn create_event_batch<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: AppPath = call.path()?;
+    let results = ingest_batch(
+        &api.store,
+        &api.settings,
+        path.app_id.as_str(),
+        call.body(),
+        call.now,
+        call.rng,
+    )
+    .await?;
+    let mut items = Vec::with_capacity(results.len());
+    for result in results {
+        items.push(match result {
+            Ok(accepted) => {
+                let response: IngestResponse = serde_json::from_str(&accepted.body)
+                    .map_err(|e| PipelineError::Corrupt(format!("stored answer: {e}")))?;
+                BatchItemOut {
+                    status: StatusCode::ACCEPTED.as_u16(),
+                    event_id: Some(response.event_id.to_string()),
+                    delivery_ids: Some(
+                        response
+                            .delivery_ids
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect(),
+                    ),
+                    replayed: accepted.replayed,
+                    error: None,
+                }
+            }
+            Err(err) => {
+                let refused = ApiError::from(err);
+                BatchItemOut {
+                    status: refused.status.as_u16(),
+                    event_id: None,
+                    delivery_ids: None,
+                    replayed: false,
+                    error: Some(ErrorDetail {
+                        code: refused.code.to_owned(),
+                        message: refused.message,
+                    }),
+                }
+            }
+        });
+    }
+    Ok(json(StatusCode::OK, &BatchResponse { items }))
 }
 
 /// An accepted event and its payload.

@@ -68,6 +68,10 @@ impl MemoryStore {
         lock(&self.state).deliveries.values().cloned().collect()
     }
 
+    pub fn events(&self) -> Vec<StoredEvent> {
+        lock(&self.state).events.values().cloned().collect()
+    }
+
     /// The next `n` delivery reads fail with a retryable store error.
     pub fn fail_next_delivery_reads(&self, n: u32) {
         lock(&self.state).failing_delivery_reads = n;

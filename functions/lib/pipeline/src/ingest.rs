@@ -66,6 +66,46 @@ fn validate_idempotency_key(key: &str) -> Result<(), PipelineError> {
     Ok(())
 }
 
+/// An event request that passed validation.
+#[derive(Debug)]
+pub struct ValidEvent {
+    pub event_type: EventType,
+    pub payload: Box<RawValue>,
+    /// SHA-256 of type and payload text: an Idempotency-Key reused with
+    /// another request is a conflict.
+    pub request_hash: String,
+    pub idempotency_key: Option<String>,
+}
+
+/// Checks one event request (type, payload size, key).
+pub fn validate_event(
+    settings: &Settings,
+    request: EventRequest,
+    idempotency_key: Option<&str>,
+) -> Result<ValidEvent, PipelineError> {
+    let event_type = EventType::parse(&request.event_type)?;
+    let payload_text = request.payload.get();
+    if payload_text.len() > settings.max_payload_bytes {
+        return Err(payload_too_large(settings));
+    }
+    if let Some(key) = idempotency_key {
+        validate_idempotency_key(key)?;
+    }
+    let request_hash = hex::encode(
+        Sha256::new()
+            .chain_update(event_type.as_str())
+            .chain_update([0u8])
+            .chain_update(payload_text.as_bytes())
+            .finalize(),
+    );
+    Ok(ValidEvent {
+        event_type,
+        payload: request.payload,
+        request_hash,
+        idempotency_key: idempotency_key.map(str::to_owned),
+    })
+}
+
 /// Accepts one event. `now` and `rng` make the ids.
 pub async fn ingest<S: Store>(
     store: &S,
@@ -87,69 +127,106 @@ pub async fn ingest<S: Store>(
             format!("expected {{\"event_type\": string, \"payload\": any JSON}}: {e}"),
         )
     })?;
-    let event_type = EventType::parse(&request.event_type)?;
-    let payload_text = request.payload.get();
-    if payload_text.len() > settings.max_payload_bytes {
-        return Err(payload_too_large(settings));
+    let valid = validate_event(settings, request, idempotency_key)?;
+    if let Some(replayed) = replay_if_known(store, &app_id, &valid).await? {
+        return Ok(replayed);
     }
-    let request_hash = hex::encode(
-        Sha256::new()
-            .chain_update(event_type.as_str())
-            .chain_update([0u8])
-            .chain_update(payload_text.as_bytes())
-            .finalize(),
-    );
-
-    if let Some(key) = idempotency_key {
-        validate_idempotency_key(key)?;
-        if let Some(existing) = store.get_idempotency(&app_id, key).await? {
-            return replay(existing, &request_hash);
-        }
-    }
-
     let endpoints = store.list_endpoints(&app_id).await?;
+    let planned = plan(&app_id, valid, &endpoints, now, rng)?;
+    commit(store, &app_id, planned).await
+}
+
+/// The stored answer when the event's Idempotency-Key was already used.
+async fn replay_if_known<S: Store>(
+    store: &S,
+    app_id: &AppId,
+    valid: &ValidEvent,
+) -> Result<Option<Accepted>, PipelineError> {
+    match &valid.idempotency_key {
+        Some(key) => match store.get_idempotency(app_id, key).await? {
+            Some(existing) => replay(existing, &valid.request_hash).map(Some),
+            None => Ok(None),
+        },
+        None => Ok(None),
+    }
+}
+
+/// An event ready to commit: its items, its answer, its key's hash.
+struct Planned {
+    new: NewEvent,
+    deliveries: usize,
+    body: String,
+    request_hash: String,
+    key: Option<String>,
+}
+
+fn plan(
+    app_id: &AppId,
+    valid: ValidEvent,
+    endpoints: &[Endpoint],
+    now: DateTime<Utc>,
+    rng: &mut (dyn RngCore + Send),
+) -> Result<Planned, PipelineError> {
     let (mut new, response) = plan_event(
         app_id.clone(),
-        event_type,
-        &request.payload,
-        &endpoints,
+        valid.event_type,
+        &valid.payload,
+        endpoints,
         now,
         rng,
     );
-    let response_body =
+    let body =
         serde_json::to_string(&response).map_err(|e| PipelineError::Corrupt(e.to_string()))?;
-    new.idempotency = idempotency_key.map(|key| IdempotencyRecord {
+    new.idempotency = valid.idempotency_key.clone().map(|key| IdempotencyRecord {
         app_id: app_id.clone(),
-        key: key.to_owned(),
-        request_hash: request_hash.clone(),
-        response: response_body.clone(),
+        key,
+        request_hash: valid.request_hash.clone(),
+        response: body.clone(),
         created_at: now,
     });
-    // A TransactionConflict (a concurrent request on the same key) is not a
-    // failure: look again (the winner's answer is replayed) or commit again.
+    Ok(Planned {
+        new,
+        deliveries: response.delivery_ids.len(),
+        body,
+        request_hash: valid.request_hash,
+        key: valid.idempotency_key,
+    })
+}
+
+/// Commits one planned event (its own transaction: all of it or nothing).
+/// A TransactionConflict (a concurrent request on the same key) is not a
+/// failure: look again (the winner's answer is replayed) or commit again.
+async fn commit<S: Store>(
+    store: &S,
+    app_id: &AppId,
+    planned: Planned,
+) -> Result<Accepted, PipelineError> {
+    let new = &planned.new;
     for round in 0..COMMIT_ROUNDS {
-        match store.commit_event(&new).await? {
+        match store.commit_event(new).await? {
             CommitOutcome::Committed => {
                 tracing::info!(
                     event_id = %new.event.id,
                     app_id = %app_id,
                     event_type = %new.event.event_type,
-                    deliveries = response.delivery_ids.len(),
+                    deliveries = planned.deliveries,
                     fanout_deferred = new.fanout_remaining.len(),
                     "event accepted"
                 );
                 return Ok(Accepted {
-                    body: response_body,
+                    body: planned.body,
                     replayed: false,
                 });
             }
-            CommitOutcome::IdempotencyKeyTaken(existing) => return replay(existing, &request_hash),
+            CommitOutcome::IdempotencyKeyTaken(existing) => {
+                return replay(existing, &planned.request_hash)
+            }
             CommitOutcome::Contended => {
                 tracing::info!(event_id = %new.event.id, round, "event transaction contended; retrying");
                 tokio::time::sleep(std::time::Duration::from_millis(25 << round)).await;
-                if let Some(key) = idempotency_key {
-                    if let Some(existing) = store.get_idempotency(&app_id, key).await? {
-                        return replay(existing, &request_hash);
+                if let Some(key) = &planned.key {
+                    if let Some(existing) = store.get_idempotency(app_id, key).await? {
+                        return replay(existing, &planned.request_hash);
                     }
                 }
             }
@@ -160,6 +237,115 @@ pub async fn ingest<S: Store>(
         true,
     ))
 }
+
+/// Most events in one batch request.
+pub const MAX_BATCH_EVENTS: usize = 100;
+
+/// The request body of `POST /v1/apps/{app_id}/events/batch`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// 1 to 100 events; each is accepted or refused on its own.
+    pub events: Vec<BatchEvent>,
+}
+
+/// One event of a batch: an event request with its own optional key.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchEvent {
+    pub event_type: String,
+    /// Any JSON value, kept byte for byte.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub payload: Box<RawValue>,
+    /// As the `Idempotency-Key` header of a single event (1-255 visible ASCII).
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+/// Accepts a batch of events of one app: each event is validated and
+/// committed on its own (its own transaction: all of an event or none of
+/// it, never a partial event), so one bad or conflicting event does not
+/// refuse the others. The endpoints are read once for the whole batch.
+/// Results are in request order.
+pub async fn ingest_batch<S: Store>(
+    store: &S,
+    settings: &Settings,
+    app_id: &str,
+    body: &[u8],
+    now: DateTime<Utc>,
+    rng: &mut (dyn RngCore + Send),
+) -> Result<Vec<Result<Accepted, PipelineError>>, PipelineError> {
+    use futures::StreamExt;
+    let app_id = AppId::parse(app_id)?;
+    let envelope = settings.max_payload_bytes.saturating_add(16 * 1024);
+    if body.len() > envelope.saturating_mul(MAX_BATCH_EVENTS) {
+        return Err(payload_too_large(settings));
+    }
+    let request: BatchRequest = serde_json::from_slice(body).map_err(|e| {
+        PipelineError::invalid(
+            "invalid_body",
+            format!("expected {{\"events\": [{{\"event_type\", \"payload\", \"idempotency_key\"?}}]}}: {e}"),
+        )
+    })?;
+    if request.events.is_empty() || request.events.len() > MAX_BATCH_EVENTS {
+        return Err(PipelineError::invalid(
+            "invalid_batch",
+            format!("a batch holds 1 to {MAX_BATCH_EVENTS} events"),
+        ));
+    }
+    // Validate each, replaying the ones whose key was used before.
+    let mut results: Vec<Option<Result<Accepted, PipelineError>>> = Vec::new();
+    let mut to_plan: Vec<(usize, ValidEvent)> = Vec::new();
+    for (index, item) in request.events.into_iter().enumerate() {
+        let request = EventRequest {
+            event_type: item.event_type,
+            payload: item.payload,
+        };
+        let checked = validate_event(settings, request, item.idempotency_key.as_deref());
+        let outcome = match checked {
+            Ok(valid) => match replay_if_known(store, &app_id, &valid).await {
+                Ok(None) => {
+                    to_plan.push((index, valid));
+                    None
+                }
+                Ok(Some(replayed)) => Some(Ok(replayed)),
+                Err(err) => Some(Err(err)),
+            },
+            Err(err) => Some(Err(err)),
+        };
+        results.push(outcome);
+    }
+    // One read of the endpoints; ids and items planned in order.
+    if !to_plan.is_empty() {
+        let endpoints = store.list_endpoints(&app_id).await?;
+        let mut planned = Vec::new();
+        for (index, valid) in to_plan {
+            match plan(&app_id, valid, &endpoints, now, rng) {
+                Ok(p) => planned.push((index, p)),
+                Err(err) => results[index] = Some(Err(err)),
+            }
+        }
+        let app = &app_id;
+        let committed: Vec<(usize, Result<Accepted, PipelineError>)> =
+            futures::stream::iter(planned)
+                .map(|(index, p)| async move { (index, commit(store, app, p).await) })
+                .buffered(BATCH_COMMIT_CONCURRENCY)
+                .collect()
+                .await;
+        for (index, outcome) in committed {
+            results[index] = Some(outcome);
+        }
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every batch event has an outcome"))
+        .collect())
+}
+
+/// Event transactions of one batch in flight at once.
+const BATCH_COMMIT_CONCURRENCY: usize = 8;
 
 /// Commits tried before a contended ingest gives up (retryable, 503).
 const COMMIT_ROUNDS: u32 = 4;
@@ -329,5 +515,117 @@ mod tests {
         .await
         .unwrap_err();
         assert!(matches!(err, PipelineError::Conflict(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_batch_answers_each_event_on_its_own() {
+        let store = MemoryStore::default();
+        let mut rng = StdRng::seed_from_u64(4);
+        // The key `k` answered before: replayed inside the batch.
+        let earlier = ingest_k(&store, &mut rng).await;
+        let big = "x".repeat(settings().max_payload_bytes + 1);
+        let body = serde_json::json!({"events": [
+            {"event_type": "order.paid", "payload": {"n": 1}},
+            {"event_type": "order paid", "payload": {}},
+            {"event_type": "order.paid", "payload": {"n": 1}, "idempotency_key": "k"},
+            {"event_type": "order.paid", "payload": {"n": 2}, "idempotency_key": "k"},
+            {"event_type": "order.paid", "payload": {"big": big}},
+            {"event_type": "order.paid", "payload": {"n": 3}, "idempotency_key": "k3"},
+        ]})
+        .to_string();
+        let results = ingest_batch(
+            &store,
+            &settings(),
+            "acme",
+            body.as_bytes(),
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        assert_eq!(results.len(), 6);
+        assert!(matches!(&results[0], Ok(a) if !a.replayed));
+        assert!(matches!(
+            &results[1],
+            Err(PipelineError::Invalid {
+                code: "invalid_input",
+                ..
+            })
+        ));
+        assert!(matches!(&results[2], Ok(a) if a.replayed && a.body == earlier.body));
+        assert!(matches!(&results[3], Err(PipelineError::Conflict(_))));
+        assert!(matches!(
+            &results[4],
+            Err(PipelineError::Invalid {
+                code: "payload_too_large",
+                ..
+            })
+        ));
+        assert!(matches!(&results[5], Ok(a) if !a.replayed));
+        // The first ingest plus the two new events, nothing of the refused ones.
+        assert_eq!(store.events().len(), 3);
+        // The batch's own key answers again the same way.
+        let again = ingest_batch(
+            &store,
+            &settings(),
+            "acme",
+            br#"{"events":[{"event_type":"order.paid","payload":{"n":3},"idempotency_key":"k3"}]}"#,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(&again[0], Ok(a) if a.replayed));
+        assert_eq!(store.events().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_batch_must_hold_1_to_100_events() {
+        let store = MemoryStore::default();
+        let mut rng = StdRng::seed_from_u64(5);
+        let one = r#"{"event_type":"a.b","payload":1}"#;
+        for (body, code) in [
+            (r#"{"events":[]}"#.to_owned(), "invalid_batch"),
+            (
+                format!(r#"{{"events":[{}]}}"#, vec![one; 101].join(",")),
+                "invalid_batch",
+            ),
+            (
+                r#"[{"event_type":"a.b","payload":1}]"#.to_owned(),
+                "invalid_body",
+            ),
+            (
+                r#"{"events":[{"event_type":"a.b"}]}"#.to_owned(),
+                "invalid_body",
+            ),
+        ] {
+            let err = ingest_batch(
+                &store,
+                &settings(),
+                "acme",
+                body.as_bytes(),
+                Utc::now(),
+                &mut rng,
+            )
+            .await
+            .unwrap_err();
+            assert!(
+                matches!(err, PipelineError::Invalid { code: c, .. } if c == code),
+                "{err}"
+            );
+        }
+        let hundred = format!(r#"{{"events":[{}]}}"#, vec![one; 100].join(","));
+        let results = ingest_batch(
+            &store,
+            &settings(),
+            "acme",
+            hundred.as_bytes(),
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(store.events().len(), 100);
     }
 }
