@@ -27,6 +27,9 @@ pub struct Scenario {
     pub endpoints: usize,
     /// Share of messages whose first attempt fails (then succeed).
     pub retry_share: f64,
+    /// Events per ingest request: 1 (`POST /events`) or more
+    /// (`POST /events/batch`).
+    pub events_per_request: usize,
 }
 
 /// What a scenario cost, by operation.
@@ -122,6 +125,64 @@ pub async fn local_stack(
     .map_err(|e| e.to_string())
 }
 
+/// Sends the events keyed `keys` (one request each, or one batch); the keys
+/// that answered 503 (to send again).
+async fn send<'k>(
+    stack: &LocalStack,
+    event: &serde_json::Value,
+    keys: &[&'k str],
+    batch: bool,
+) -> Result<Vec<&'k str>, String> {
+    let mut again = Vec::new();
+    if batch {
+        let events: Vec<serde_json::Value> = keys
+            .iter()
+            .map(|k| {
+                let mut e = event.clone();
+                e["idempotency_key"] = json!(k);
+                e
+            })
+            .collect();
+        let (status, _, body) = stack
+            .call(
+                "POST",
+                "/v1/apps/bench/events/batch",
+                Some(json!({"events": events})),
+                &[],
+            )
+            .await;
+        if status == 503 {
+            return Ok(keys.to_vec());
+        }
+        let answer: hookline_ingest::views::BatchResponse = serde_json::from_value(body.clone())
+            .map_err(|e| format!("batch: {status} {body}: {e}"))?;
+        for (key, item) in keys.iter().zip(&answer.items) {
+            match item.status {
+                202 => {}
+                503 => again.push(*key),
+                other => return Err(format!("event {key}: {other} {body}")),
+            }
+        }
+    } else {
+        for key in keys {
+            let (status, _, body) = stack
+                .call(
+                    "POST",
+                    "/v1/apps/bench/events",
+                    Some(event.clone()),
+                    &[("idempotency-key", key)],
+                )
+                .await;
+            match status {
+                202 => {}
+                503 => again.push(*key),
+                _ => return Err(format!("event {key}: {status} {body}")),
+            }
+        }
+    }
+    Ok(again)
+}
+
 /// Runs one scenario on a fresh moto.
 pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
     let moto = hookline_tests::moto::start();
@@ -154,34 +215,29 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
     counters.event_sources.reset();
     let payload = json!({"order": {"id": "ord_123", "total": 1999, "currency": "EUR"}, "pad": "x".repeat(600)});
     let expected = scenario.events * scenario.endpoints;
-    for i in 0..scenario.events {
-        // A well-behaved client: an Idempotency-Key, and a retry on 503
-        // (moto has slow moments); retried calls are counted too.
-        let key = format!("bench-{i}");
-        let mut accepted = false;
+    let event = json!({"event_type": "order.paid", "payload": payload});
+    let per_request = scenario.events_per_request.max(1);
+    let mut sent = 0;
+    while sent < scenario.events {
+        let count = per_request.min(scenario.events - sent);
+        // A well-behaved client: an Idempotency-Key per event, and a retry
+        // of what answered 503 (moto has slow moments); retried calls are
+        // counted too.
+        let keys: Vec<String> = (sent..sent + count).map(|i| format!("bench-{i}")).collect();
+        let mut pending: Vec<&str> = keys.iter().map(String::as_str).collect();
         for _ in 0..5 {
-            let (status, _, body) = stack
-                .call(
-                    "POST",
-                    "/v1/apps/bench/events",
-                    Some(json!({"event_type": "order.paid", "payload": payload})),
-                    &[("idempotency-key", key.as_str())],
-                )
-                .await;
-            match status {
-                202 => {
-                    accepted = true;
-                    break;
-                }
-                503 => tokio::time::sleep(Duration::from_millis(200)).await,
-                _ => return Err(format!("event {i}: {status} {body}")),
+            pending = send(&stack, &event, &pending, per_request > 1).await?;
+            if pending.is_empty() {
+                break;
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        if !accepted {
-            return Err(format!("event {i}: still 503 after 5 tries"));
+        if !pending.is_empty() {
+            return Err(format!("events {pending:?}: still 503 after 5 tries"));
         }
+        sent += count;
         // Keep the pipeline moving while events arrive (as Lambda would).
-        if i % 25 == 24 {
+        if sent % 25 < count {
             stack.pump().await;
         }
     }

@@ -80,6 +80,34 @@ pub async fn init_times(
     Ok(samples)
 }
 
+/// Process start to its first answer posted (ms), for `starts` fresh
+/// processes each given `event` as its first invocation: the whole cold
+/// start a caller waits for (runtime init, settings, SDK and HTTP clients
+/// built on the first invocation, the invocation's own AWS round trips).
+pub async fn first_answer_times(
+    stub: &RuntimeStub,
+    binary: &Path,
+    env: &HashMap<String, String>,
+    event: &str,
+    starts: usize,
+) -> Result<Vec<f64>, String> {
+    let mut samples = Vec::with_capacity(starts);
+    for _ in 0..starts {
+        stub.reset(vec![event.to_owned()]);
+        let t0 = Instant::now();
+        let child = spawn(binary, env).map_err(|e| format!("{}: {e}", binary.display()))?;
+        let first = stub.first_answer(Duration::from_secs(20)).await;
+        stop(child);
+        let (at, (kind, body)) =
+            first.ok_or_else(|| format!("{} never answered", binary.display()))?;
+        if !kind.ends_with("/response") {
+            return Err(format!("{} answered {kind}: {body}", binary.display()));
+        }
+        samples.push(at.duration_since(t0).as_secs_f64() * 1000.0);
+    }
+    Ok(samples)
+}
+
 /// Peak resident memory (VmHWM, KiB) of a process.
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

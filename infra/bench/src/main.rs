@@ -12,6 +12,7 @@
 //!   (moto) in three scenarios, and the seed's naive design replayed.
 //! - [`report`]: the cost model and the Markdown.
 
+mod aws_stub;
 mod calls;
 mod init;
 mod report;
@@ -48,7 +49,23 @@ struct Args {
     json: PathBuf,
 }
 
-const FUNCTIONS: [&str; 4] = ["ingest", "dispatch", "deliver", "retry"];
+const FUNCTIONS: [&str; 5] = ["ingest", "dispatch", "deliver", "retry", "reconcile"];
+
+/// Each function's cold-start invocation: its `events/` fixture (the same
+/// files `sam local invoke` uses).
+const FIRST_EVENTS: [(&str, &str); 5] = [
+    (
+        "ingest",
+        include_str!("../../../events/api-post-event.json"),
+    ),
+    (
+        "dispatch",
+        include_str!("../../../events/stream-insert-delivery.json"),
+    ),
+    ("deliver", include_str!("../../../events/sqs-deliver.json")),
+    ("retry", include_str!("../../../events/retry-dry-run.json")),
+    ("reconcile", include_str!("../../../events/reconcile.json")),
+];
 
 fn out(line: &str) {
     use std::io::Write;
@@ -120,6 +137,10 @@ async fn batch_events(
         "retry",
         vec![include_str!("../../../events/retry-dry-run.json").to_owned()],
     );
+    events.insert(
+        "reconcile",
+        vec![include_str!("../../../events/reconcile.json").to_owned()],
+    );
     Ok((moto, stack, events))
 }
 
@@ -169,6 +190,49 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         init_raw.insert(name.into(), json!(samples));
     }
     raw.insert("init_ms".into(), Value::Object(init_raw));
+
+    // 1b. Cold start to the first answer: what a caller waits for.
+    out("== cold start to the first answer");
+    let (aws, aws_url) = aws_stub::AwsStub::start().await?;
+    let mut stub_env = HashMap::new();
+    stub_env.insert("WEBHOOKS_AWS_ENDPOINT_URL".to_owned(), aws_url);
+    stub_env.insert(
+        "WEBHOOKS_ADMIN_KEY".to_owned(),
+        "local-admin-key".to_owned(),
+    );
+    let answer_env = init::lambda_env(&addr.to_string(), &stub_env);
+    let hello_answer = init::first_answer_times(&stub, &hello, &answer_env, "{}", starts).await?;
+    let (hello_a_med, hello_a_p90) = init::median_p90(&hello_answer);
+    let _ = writeln!(
+        md,
+        "\n### Cold start to the first answer\n\nProcess start to the first invocation's answer posted to the Runtime API: runtime init, settings, the AWS SDK and HTTP clients (built on the first invocation), and the invocation itself with its AWS calls, answered by a keep-alive loopback stub (`infra/bench/src/aws_stub.rs`: DynamoDB, SQS and KMS JSON protocols, minimal valid answers, no state; {} requests in this section). Each function's first event is its `events/` fixture: ingest `api-post-event.json` (idempotency read, endpoint query, event transaction, 202), dispatch `stream-insert-delivery.json` (SendMessageBatch), deliver `sqs-deliver.json` (delivery read; an unknown delivery is acked), retry `retry-dry-run.json` (DLQ receive), reconcile `reconcile.json` (8 overdue-index queries). Baseline: the hello-world function answering its first event. Median of {starts} starts (p90). Goal: ≤ 2x.\n\n| function | first answer median (p90) | hello-world | ratio |\n|---|---|---|---|",
+        "{requests}"
+    );
+    let mut answer_raw = serde_json::Map::new();
+    answer_raw.insert("hello-lambda".into(), json!(hello_answer));
+    for (name, event) in FIRST_EVENTS {
+        let samples = init::first_answer_times(
+            &stub,
+            &args.release_dir.join(name),
+            &answer_env,
+            event,
+            starts,
+        )
+        .await?;
+        let (med, p90) = init::median_p90(&samples);
+        let _ = writeln!(
+            md,
+            "| {name} | {med:.2} ms ({p90:.2}) | {hello_a_med:.2} ms ({hello_a_p90:.2}) | {:.2}x |",
+            med / hello_a_med
+        );
+        out(&format!(
+            "{name}: first answer {med:.2} ms vs hello {hello_a_med:.2} ms"
+        ));
+        answer_raw.insert(name.into(), json!(samples));
+    }
+    let requests = aws.requests.load(std::sync::atomic::Ordering::Relaxed);
+    md = md.replace("{requests}", &requests.to_string());
+    raw.insert("first_answer_ms".into(), Value::Object(answer_raw));
 
     // 2. Size and RSS.
     out("== binary size, peak RSS");
@@ -306,23 +370,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             events,
             endpoints: 1,
             retry_share: 0.0,
+            events_per_request: 1,
         },
         calls::Scenario {
             name: "5 endpoints, all succeed",
             events: (events / 5).max(1),
             endpoints: 5,
             retry_share: 0.0,
+            events_per_request: 1,
         },
         calls::Scenario {
             name: "1 endpoint, 30 % need one retry",
             events,
             endpoints: 1,
             retry_share: 0.3,
+            events_per_request: 1,
+        },
+        calls::Scenario {
+            name: "batch ingest: 1 endpoint, 10 events per request",
+            events,
+            endpoints: 1,
+            retry_share: 0.0,
+            events_per_request: 10,
         },
     ];
     let _ = writeln!(
         md,
-        "\n## 4. AWS requests and $ per million deliveries\n\nEvery AWS request counted by operation with an SDK interceptor (`hookline_local::counting`) on the local stack (moto), the functions' requests apart from the event-source pollers' (Lambda's mappings when deployed). Capacity units are estimated from each request's body (item sizes by DynamoDB's rules, 2x inside transactions, GSI copies: both GSIs project ALL). Each event is sent with an `Idempotency-Key` (as a careful producer does; the key's record is part of the cost) and retried on a 503; the 5-endpoint scenario sends a fifth of the events so every scenario has the same number of deliveries. Baseline: the seed's design ported 1:1 to DynamoDB (a status GSI polled by a cron function: insert, query due rows, conditional claim, update after the POST), replayed request by request with the same counter; its GSI rewrites on updates are not charged, so it is an underestimate.\n\nPrices (us-east-1 list): DynamoDB on-demand $0.625 per million WRU and $0.125 per million RRU; SQS $0.40 per million requests; Lambda arm64 $0.20 per million requests and $0.0000133334 per GB-s at 128 MB; API Gateway HTTP API $1.00 per million requests; stream reads by Lambda free. Assumed (not measured here): ingest 25 ms, dispatch 20 ms per invocation of 10 records, deliver 150 ms per invocation of 5 messages (one receive + one batch delete each by the queue mapping). Free tiers ignored. Goal: ≤ $4 per million for the first scenario.\n"
+        "\n## 4. AWS requests and $ per million deliveries\n\nEvery AWS request counted by operation with an SDK interceptor (`hookline_local::counting`) on the local stack (moto), the functions' requests apart from the event-source pollers' (Lambda's mappings when deployed). Capacity units are estimated from each request's body (item sizes by DynamoDB's rules, 2x inside transactions, GSI copies: both GSIs project ALL). Each event is sent with an `Idempotency-Key` (as a careful producer does; the key's record is part of the cost) and retried on a 503; the 5-endpoint scenario sends a fifth of the events so every scenario has the same number of deliveries. Baseline: the seed's design ported 1:1 to DynamoDB (a status GSI polled by a cron function: insert, query due rows, conditional claim, update after the POST), replayed request by request with the same counter; its GSI rewrites on updates are not charged, so it is an underestimate.\n\nPrices (us-east-1 list): DynamoDB on-demand $0.625 per million WRU and $0.125 per million RRU; SQS $0.40 per million requests; Lambda arm64 $0.20 per million requests and $0.0000133334 per GB-s at 128 MB; API Gateway HTTP API $1.00 per million requests (one per ingest request: a batch of 10 events is one); stream reads by Lambda free. Assumed (not measured here): ingest 25 ms per request plus 5 ms per further event of a batch, dispatch 20 ms per invocation of 10 records, deliver 150 ms per invocation of 5 messages (one receive + one batch delete each by the queue mapping). Free tiers ignored. Goal: ≤ $4 per million for the first scenario.\n"
     );
     let _ = writeln!(md, "| scenario | deliveries (attempts) | WRU / RRU per delivery | DynamoDB | SQS | Lambda | API GW | **$ / million** | naive baseline | ratio |\n|---|---|---|---|---|---|---|---|---|---|");
     let mut calls_raw = Vec::new();

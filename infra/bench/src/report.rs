@@ -28,6 +28,8 @@ pub mod price {
 pub mod assume {
     pub const MEMORY_GB: f64 = 0.125;
     pub const INGEST_MS: f64 = 25.0;
+    /// Each further event of a batch request (its own transaction, 8 at once).
+    pub const INGEST_MS_PER_BATCHED_EVENT: f64 = 5.0;
     pub const DISPATCH_MS_PER_INVOCATION: f64 = 20.0;
     /// Records per dispatch invocation (stream batches of up to 100).
     pub const DISPATCH_RECORDS_PER_INVOCATION: f64 = 10.0;
@@ -63,7 +65,8 @@ fn sum(ops: &BTreeMap<String, OperationCount>, pred: impl Fn(&str) -> bool) -> O
 /// The model: measured DynamoDB capacity and SQS requests of the functions;
 /// SQS requests of Lambda's queue mapping (one receive and one batch delete
 /// per deliver invocation); Lambda requests and durations from `assume`;
-/// one HTTP API request per event. Stream reads by Lambda are free.
+/// one HTTP API request per ingest request (a batch is one). Stream reads by
+/// Lambda are free.
 pub fn cost(counts: &ScenarioCounts, naive: bool) -> Cost {
     let n = counts.deliveries.max(1) as f64;
     let dynamo = sum(&counts.functions, |k| {
@@ -75,6 +78,10 @@ pub fn cost(counts: &ScenarioCounts, naive: bool) -> Cost {
     let per_delivery = 1e6 / n;
     let dynamodb = (dynamo.wru * price::WRU + dynamo.rru * price::RRU) * per_delivery;
     let events_per_delivery = counts.scenario.events as f64 / n;
+    let per_request = counts.scenario.events_per_request.max(1) as f64;
+    // Ingest requests (API Gateway + Lambda): one per batch.
+    let requests_per_delivery = events_per_delivery / per_request;
+    let ingest_ms = assume::INGEST_MS + assume::INGEST_MS_PER_BATCHED_EVENT * (per_request - 1.0);
     let attempts_per_delivery = counts.attempts as f64 / n;
     let (sqs_cost, lambda, api) = if naive {
         // The cron function: one invocation every 30 s whatever the load;
@@ -96,7 +103,7 @@ pub fn cost(counts: &ScenarioCounts, naive: bool) -> Cost {
         let dispatch_invocations = attempts_per_delivery / assume::DISPATCH_RECORDS_PER_INVOCATION;
         let gb_s = |ms: f64| ms / 1000.0 * assume::MEMORY_GB * price::LAMBDA_GB_SECOND_ARM64;
         let lambda = 1e6
-            * (events_per_delivery * (price::LAMBDA_REQUEST + gb_s(assume::INGEST_MS))
+            * (requests_per_delivery * (price::LAMBDA_REQUEST + gb_s(ingest_ms))
                 + dispatch_invocations
                     * (price::LAMBDA_REQUEST + gb_s(assume::DISPATCH_MS_PER_INVOCATION))
                 + deliver_invocations
@@ -104,7 +111,7 @@ pub fn cost(counts: &ScenarioCounts, naive: bool) -> Cost {
         (
             sqs_cost,
             lambda,
-            1e6 * events_per_delivery * price::HTTP_API_REQUEST,
+            1e6 * requests_per_delivery * price::HTTP_API_REQUEST,
         )
     };
     Cost {

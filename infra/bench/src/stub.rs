@@ -20,6 +20,8 @@ use tokio::sync::Notify;
 #[derive(Default)]
 struct Inner {
     first_next: Option<Instant>,
+    /// When the first invocation's answer (response or error) was posted.
+    first_answer: Option<Instant>,
     /// Events still to serve.
     events: VecDeque<String>,
     /// Responses (or errors) received, in order.
@@ -84,10 +86,15 @@ async fn respond(
     Path((id, kind)): Path<(String, String)>,
     body: Bytes,
 ) -> StatusCode {
-    lock(&stub.inner).responses.push((
+    let mut inner = lock(&stub.inner);
+    if inner.first_answer.is_none() {
+        inner.first_answer = Some(Instant::now());
+    }
+    inner.responses.push((
         format!("{id}/{kind}"),
         String::from_utf8_lossy(&body).into_owned(),
     ));
+    drop(inner);
     stub.changed.notify_waiters();
     StatusCode::ACCEPTED
 }
@@ -148,6 +155,17 @@ impl RuntimeStub {
     pub async fn first_next(&self, timeout: std::time::Duration) -> Option<Instant> {
         self.wait_for(timeout, |i| i.first_next.is_some()).await;
         lock(&self.inner).first_next
+    }
+
+    /// When the first invocation was answered, and how (`<id>/response` or
+    /// `<id>/error` and the body); waits up to `timeout`.
+    pub async fn first_answer(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Option<(Instant, (String, String))> {
+        self.wait_for(timeout, |i| i.first_answer.is_some()).await;
+        let inner = lock(&self.inner);
+        Some((inner.first_answer?, inner.responses.first()?.clone()))
     }
 
     /// Waits until every queued event was answered and the function asked
