@@ -203,11 +203,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let answer_env = init::lambda_env(&addr.to_string(), &stub_env);
     let hello_answer = init::first_answer_times(&stub, &hello, &answer_env, "{}", starts).await?;
     let (hello_a_med, hello_a_p90) = init::median_p90(&hello_answer);
-    let _ = writeln!(
-        md,
-        "\n### Cold start to the first answer\n\nProcess start to the first invocation's answer posted to the Runtime API: runtime init, settings, the AWS SDK and HTTP clients (built on the first invocation), and the invocation itself with its AWS calls, answered by a keep-alive loopback stub (`infra/bench/src/aws_stub.rs`: DynamoDB, SQS and KMS JSON protocols, minimal valid answers, no state; {} requests in this section). Each function's first event is its `events/` fixture: ingest `api-post-event.json` (idempotency read, endpoint query, event transaction, 202), dispatch `stream-insert-delivery.json` (SendMessageBatch), deliver `sqs-deliver.json` (delivery read; an unknown delivery is acked), retry `retry-dry-run.json` (DLQ receive), reconcile `reconcile.json` (8 overdue-index queries). Baseline: the hello-world function answering its first event. Median of {starts} starts (p90). Goal: ≤ 2x.\n\n| function | first answer median (p90) | hello-world | ratio |\n|---|---|---|---|",
-        "{requests}"
-    );
+    let mut rows = String::new();
     let mut answer_raw = serde_json::Map::new();
     answer_raw.insert("hello-lambda".into(), json!(hello_answer));
     for (name, event) in FIRST_EVENTS {
@@ -221,7 +217,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
         let (med, p90) = init::median_p90(&samples);
         let _ = writeln!(
-            md,
+            rows,
             "| {name} | {med:.2} ms ({p90:.2}) | {hello_a_med:.2} ms ({hello_a_p90:.2}) | {:.2}x |",
             med / hello_a_med
         );
@@ -231,7 +227,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         answer_raw.insert(name.into(), json!(samples));
     }
     let requests = aws.requests.load(std::sync::atomic::Ordering::Relaxed);
-    md = md.replace("{requests}", &requests.to_string());
+    let _ = writeln!(
+        md,
+        "\n### Cold start to the first answer\n\nProcess start to the first invocation's answer posted to the Runtime API: runtime init, settings, the AWS SDK and HTTP clients (built on the first invocation), and the invocation itself with its AWS calls, answered by a keep-alive loopback stub (`infra/bench/src/aws_stub.rs`: DynamoDB, SQS and KMS JSON protocols, minimal valid answers, no state; {requests} requests in this section). Each function's first event is its `events/` fixture: ingest `api-post-event.json` (idempotency read, endpoint query, event transaction, 202), dispatch `stream-insert-delivery.json` (SendMessageBatch), deliver `sqs-deliver.json` (delivery read; an unknown delivery is acked), retry `retry-dry-run.json` (DLQ receive), reconcile `reconcile.json` (8 overdue-index queries). Baseline: the hello-world function answering its first event. Median of {starts} starts (p90). Goal: ≤ 2x.\n\n| function | first answer median (p90) | hello-world | ratio |\n|---|---|---|---|",
+    );
+    md.push_str(&rows);
     raw.insert("first_answer_ms".into(), Value::Object(answer_raw));
 
     // 2. Size and RSS.
