@@ -117,16 +117,12 @@ pub async fn ingest<S: Store>(
     rng: &mut (dyn RngCore + Send),
 ) -> Result<Accepted, PipelineError> {
     let app_id = AppId::parse(app_id)?;
-    // Cheap guard before parsing: the envelope adds little to the payload.
-    if body.len() > settings.max_payload_bytes.saturating_add(16 * 1024) {
-        return Err(payload_too_large(settings));
-    }
-    let request: EventRequest = serde_json::from_slice(body).map_err(|e| {
-        PipelineError::invalid(
-            "invalid_body",
-            format!("expected {{\"event_type\": string, \"payload\": any JSON}}: {e}"),
-        )
-    })?;
+    let request: EventRequest = parse_body(
+        settings,
+        body,
+        1,
+        r#"{"event_type": string, "payload": any JSON}"#,
+    )?;
     let valid = validate_event(settings, request, idempotency_key)?;
     if let Some(replayed) = replay_if_known(store, &app_id, &valid).await? {
         return Ok(replayed);
@@ -134,6 +130,23 @@ pub async fn ingest<S: Store>(
     let endpoints = store.list_endpoints(&app_id).await?;
     let planned = plan(&app_id, valid, &endpoints, now, rng)?;
     commit(store, &app_id, planned).await
+}
+
+/// Parses a request body holding up to `events` payloads: a cheap size
+/// guard first (each event's envelope adds little to its payload), then
+/// JSON into `T`; a body of another shape is a 400 naming the expected one.
+fn parse_body<T: serde::de::DeserializeOwned>(
+    settings: &Settings,
+    body: &[u8],
+    events: usize,
+    shape: &str,
+) -> Result<T, PipelineError> {
+    let envelope = settings.max_payload_bytes.saturating_add(16 * 1024);
+    if body.len() > envelope.saturating_mul(events) {
+        return Err(payload_too_large(settings));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| PipelineError::invalid("invalid_body", format!("expected {shape}: {e}")))
 }
 
 /// The stored answer when the event's Idempotency-Key was already used.
@@ -279,16 +292,12 @@ pub async fn ingest_batch<S: Store>(
 ) -> Result<Vec<Result<Accepted, PipelineError>>, PipelineError> {
     use futures::StreamExt;
     let app_id = AppId::parse(app_id)?;
-    let envelope = settings.max_payload_bytes.saturating_add(16 * 1024);
-    if body.len() > envelope.saturating_mul(MAX_BATCH_EVENTS) {
-        return Err(payload_too_large(settings));
-    }
-    let request: BatchRequest = serde_json::from_slice(body).map_err(|e| {
-        PipelineError::invalid(
-            "invalid_body",
-            format!("expected {{\"events\": [{{\"event_type\", \"payload\", \"idempotency_key\"?}}]}}: {e}"),
-        )
-    })?;
+    let request: BatchRequest = parse_body(
+        settings,
+        body,
+        MAX_BATCH_EVENTS,
+        r#"{"events": [{"event_type", "payload", "idempotency_key"?}]}"#,
+    )?;
     if request.events.is_empty() || request.events.len() > MAX_BATCH_EVENTS {
         return Err(PipelineError::invalid(
             "invalid_batch",
