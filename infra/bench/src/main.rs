@@ -261,7 +261,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let env = init::lambda_env(&addr.to_string(), &aws_env);
     let mut rss_raw = serde_json::Map::new();
     let mut size_raw = serde_json::Map::new();
-    for name in ["hello-lambda", "ingest", "dispatch", "deliver", "retry"] {
+    for name in std::iter::once("hello-lambda").chain(FUNCTIONS) {
         let x86 = std::fs::metadata(args.release_dir.join(name))
             .map(|m| m.len())
             .ok();
