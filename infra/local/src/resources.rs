@@ -124,7 +124,7 @@ impl LocalResources {
                     .await
                     .map_err(|e| aws_err("CreateQueue", e))?
                     .queue_url
-                    .unwrap_or_default(),
+                    .ok_or_else(|| LocalError::Setup(format!("CreateQueue {logical}: no URL")))?,
             };
             let attrs = clients
                 .sqs
@@ -138,7 +138,7 @@ impl LocalResources {
                 .attributes()
                 .and_then(|a| a.get(&QueueAttributeName::QueueArn))
                 .cloned()
-                .unwrap_or_default();
+                .ok_or_else(|| LocalError::Setup(format!("queue {logical}: no ARN")))?;
             out.queue_urls.insert(logical.clone(), url);
             out.queue_arns.insert(logical, arn);
         }
@@ -173,12 +173,20 @@ impl LocalResources {
     }
 }
 
+/// A text property the template must give (a missing one is a template error,
+/// not an empty name).
+fn field(v: &Yaml, name: &str) -> Result<String, LocalError> {
+    v.get(name)
+        .and_then(text)
+        .ok_or_else(|| LocalError::Template(format!("`{name}` missing in {v:?}")))
+}
+
 fn key_schema(v: &Yaml) -> Result<Vec<KeySchemaElement>, LocalError> {
     v.as_sequence()
         .ok_or_else(|| LocalError::Template("KeySchema is not a list".into()))?
         .iter()
         .map(|k| {
-            let name = k.get("AttributeName").and_then(text).unwrap_or_default();
+            let name = field(k, "AttributeName")?;
             let kind = match k.get("KeyType").and_then(text).as_deref() {
                 Some("RANGE") => KeyType::Range,
                 _ => KeyType::Hash,
@@ -221,7 +229,7 @@ async fn create_table(clients: &Clients, name: &str, props: &Yaml) -> Result<(),
         };
         req = req.attribute_definitions(
             AttributeDefinition::builder()
-                .attribute_name(a.get("AttributeName").and_then(text).unwrap_or_default())
+                .attribute_name(field(a, "AttributeName")?)
                 .attribute_type(kind)
                 .build()
                 .map_err(|e| LocalError::Template(e.to_string()))?,
@@ -248,7 +256,7 @@ async fn create_table(clients: &Clients, name: &str, props: &Yaml) -> Result<(),
         };
         req = req.global_secondary_indexes(
             GlobalSecondaryIndex::builder()
-                .index_name(g.get("IndexName").and_then(text).unwrap_or_default())
+                .index_name(field(g, "IndexName")?)
                 .set_key_schema(Some(key_schema(g.get("KeySchema").unwrap_or(&Yaml::Null))?))
                 .projection(Projection::builder().projection_type(projection).build())
                 .build()
@@ -270,7 +278,7 @@ async fn create_table(clients: &Clients, name: &str, props: &Yaml) -> Result<(),
     }
     req.send().await.map_err(|e| aws_err("CreateTable", e))?;
     if let Some(ttl) = props.get("TimeToLiveSpecification") {
-        let attr = ttl.get("AttributeName").and_then(text).unwrap_or_default();
+        let attr = field(ttl, "AttributeName")?;
         clients
             .dynamodb
             .update_time_to_live()
