@@ -2,17 +2,25 @@
 //! measurements: it answers the DynamoDB, SQS and KMS JSON-protocol calls the
 //! functions make (by `X-Amz-Target`) with minimal valid answers at once, so
 //! what is measured is our process, not moto's (slow, single-threaded)
-//! request handling. It keeps no state: reads find nothing, writes succeed.
+//! request handling. By default it keeps no state: reads find nothing,
+//! writes succeed. [`AwsStub::start_stateful`] keeps just enough for one pass
+//! of the pipeline (the CPU-per-delivery probe): puts (also inside
+//! transactions) are stored by key and logged as stream records, `GetItem`
+//! and `Query` (partition key, optional `begins_with` on the sort key) read
+//! them back, updates succeed without applying, and sent SQS messages are
+//! logged. `GET /_stream?from=N` and `GET /_messages?from=N` hand the logs to
+//! the probe (it plays Lambda's event sources).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
@@ -20,6 +28,87 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, Default)]
 pub struct AwsStub {
     pub requests: Arc<AtomicU64>,
+    state: Option<Arc<Mutex<Tables>>>,
+}
+
+/// The stateful stub's memory.
+#[derive(Debug, Default)]
+struct Tables {
+    /// Items by (PK, SK) as DynamoDB JSON.
+    items: BTreeMap<(String, String), Value>,
+    /// Every put, in order (the table's stream, new images).
+    stream: Vec<Value>,
+    /// Every SQS message body sent, in order.
+    messages: Vec<String>,
+}
+
+fn key_of(item: &Value) -> (String, String) {
+    let text = |name: &str| item[name]["S"].as_str().unwrap_or_default().to_owned();
+    (text("PK"), text("SK"))
+}
+
+impl Tables {
+    fn put(&mut self, item: &Value) {
+        self.items.insert(key_of(item), item.clone());
+        self.stream.push(item.clone());
+    }
+
+    /// The stateful answer, or `None` to fall back to the stateless one.
+    fn answer(&mut self, op: &str, request: &Value) -> Option<Value> {
+        match op {
+            "PutItem" => {
+                self.put(&request["Item"]);
+                Some(json!({}))
+            }
+            "TransactWriteItems" => {
+                for entry in request["TransactItems"].as_array().into_iter().flatten() {
+                    if entry.get("Put").is_some() {
+                        self.put(&entry["Put"]["Item"]);
+                    }
+                }
+                Some(json!({}))
+            }
+            "GetItem" => Some(match self.items.get(&key_of(&request["Key"])) {
+                Some(item) => json!({"Item": item}),
+                None => json!({}),
+            }),
+            "Query" if request.get("IndexName").is_none() => {
+                let values = &request["ExpressionAttributeValues"];
+                let pk = values[":pk"]["S"].as_str().unwrap_or_default();
+                let prefix = request["KeyConditionExpression"]
+                    .as_str()
+                    .filter(|k| k.contains("begins_with"))
+                    .and_then(|_| values.as_object())
+                    .and_then(|m| m.iter().find(|(k, _)| *k != ":pk"))
+                    .and_then(|(_, v)| v["S"].as_str())
+                    .unwrap_or_default();
+                let items: Vec<&Value> = self
+                    .items
+                    .iter()
+                    .filter(|((p, s), _)| p == pk && s.starts_with(prefix))
+                    .map(|(_, item)| item)
+                    .collect();
+                Some(json!({"Items": items, "Count": items.len(), "ScannedCount": items.len()}))
+            }
+            "SendMessageBatch" => {
+                for entry in request["Entries"].as_array().into_iter().flatten() {
+                    self.messages
+                        .push(entry["MessageBody"].as_str().unwrap_or_default().to_owned());
+                }
+                None
+            }
+            "SendMessage" => {
+                self.messages.push(
+                    request["MessageBody"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                None
+            }
+            _ => None,
+        }
+    }
 }
 
 /// 32 zero bytes, base64: a data key (the stub is no KMS).
@@ -70,7 +159,13 @@ async fn handle(State(stub): State<AwsStub>, headers: HeaderMap, body: Bytes) ->
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let mut response = (StatusCode::OK, answer(target, &request).to_string()).into_response();
+    let op = target.rsplit('.').next().unwrap_or_default();
+    let stateful = stub
+        .state
+        .as_ref()
+        .and_then(|state| state.lock().ok()?.answer(op, &request));
+    let answer = stateful.unwrap_or_else(|| answer(target, &request));
+    let mut response = (StatusCode::OK, answer.to_string()).into_response();
     response.headers_mut().insert(
         "content-type",
         HeaderValue::from_static("application/x-amz-json-1.0"),
@@ -78,12 +173,57 @@ async fn handle(State(stub): State<AwsStub>, headers: HeaderMap, body: Bytes) ->
     response
 }
 
+#[derive(serde::Deserialize)]
+struct From {
+    #[serde(default)]
+    from: usize,
+}
+
+async fn stream_log(State(stub): State<AwsStub>, Query(q): Query<From>) -> Response {
+    log_page(&stub, |t| t.stream.iter().skip(q.from).cloned().collect())
+}
+
+async fn message_log(State(stub): State<AwsStub>, Query(q): Query<From>) -> Response {
+    log_page(&stub, |t| {
+        t.messages
+            .iter()
+            .skip(q.from)
+            .map(|m| Value::String(m.clone()))
+            .collect()
+    })
+}
+
+fn log_page(stub: &AwsStub, page: impl Fn(&Tables) -> Vec<Value>) -> Response {
+    match stub
+        .state
+        .as_ref()
+        .and_then(|s| s.lock().ok().map(|t| page(&t)))
+    {
+        Some(entries) => axum::Json(entries).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 impl AwsStub {
     /// Serves on an ephemeral loopback port; returns its URL.
     pub async fn start() -> std::io::Result<(Self, String)> {
-        let stub = Self::default();
+        Self::serve(Self::default()).await
+    }
+
+    /// [`Self::start`] with state (see the module documentation).
+    pub async fn start_stateful() -> std::io::Result<(Self, String)> {
+        Self::serve(Self {
+            state: Some(Arc::default()),
+            ..Self::default()
+        })
+        .await
+    }
+
+    async fn serve(stub: Self) -> std::io::Result<(Self, String)> {
         let app = Router::new()
             .route("/", post(handle))
+            .route("/_stream", get(stream_log))
+            .route("/_messages", get(message_log))
             .with_state(stub.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr: SocketAddr = listener.local_addr()?;
@@ -107,5 +247,35 @@ mod tests {
         assert_eq!(a["Successful"].as_array().map(Vec::len), Some(2));
         assert_eq!(a["Successful"][1]["Id"], "1");
         assert_eq!(answer("DynamoDB_20120810.GetItem", &Value::Null), json!({}));
+    }
+
+    #[test]
+    fn the_stateful_stub_reads_back_what_was_put() {
+        let mut t = Tables::default();
+        let ep = json!({"PK": {"S": "APP#a"}, "SK": {"S": "EP#1"}, "id": {"S": "ep_1"}});
+        let other = json!({"PK": {"S": "APP#a"}, "SK": {"S": "KEY#1"}});
+        t.answer("PutItem", &json!({"Item": ep}));
+        t.answer(
+            "TransactWriteItems",
+            &json!({"TransactItems": [{"Put": {"Item": other}}, {"ConditionCheck": {}}]}),
+        );
+        let got = t
+            .answer(
+                "GetItem",
+                &json!({"Key": {"PK": {"S": "APP#a"}, "SK": {"S": "EP#1"}}}),
+            )
+            .unwrap();
+        assert_eq!(got["Item"], ep);
+        let q = json!({"KeyConditionExpression": "PK = :pk AND begins_with(SK, :ep)",
+            "ExpressionAttributeValues": {":pk": {"S": "APP#a"}, ":ep": {"S": "EP#"}}});
+        assert_eq!(t.answer("Query", &q).unwrap()["Count"], 1);
+        assert_eq!(t.stream.len(), 2);
+        assert!(t
+            .answer(
+                "SendMessageBatch",
+                &json!({"Entries": [{"MessageBody": "m"}]})
+            )
+            .is_none());
+        assert_eq!(t.messages, ["m"]);
     }
 }

@@ -30,6 +30,8 @@ pub struct Scenario {
     /// Events per ingest request: 1 (`POST /events`) or more
     /// (`POST /events/batch`).
     pub events_per_request: usize,
+    /// The goal for this scenario, $ per million deliveries.
+    pub goal_usd: f64,
 }
 
 /// What a scenario cost, by operation.

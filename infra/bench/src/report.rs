@@ -125,6 +125,78 @@ pub fn cost(counts: &ScenarioCounts, naive: bool) -> Cost {
     }
 }
 
+/// Amazon EventBridge list prices (USD).
+pub mod eventbridge {
+    /// Custom events, per event put (64 KB chunk).
+    pub const PUT_EVENT: f64 = 1.00 / 1e6;
+    /// API destinations, per invocation (each retry is one).
+    pub const API_DESTINATION_INVOCATION: f64 = 0.20 / 1e6;
+}
+
+/// EventBridge custom events + API destinations for the same traffic: one
+/// event put per event (a `PutEvents` of 10 entries is billed per entry),
+/// one API-destination invocation per attempt. No outbox, attempt log,
+/// idempotency keys or operator API: the price of the transport alone.
+pub fn eventbridge_cost(counts: &ScenarioCounts) -> Cost {
+    let n = counts.deliveries.max(1) as f64;
+    let events = counts.scenario.events as f64 / n;
+    let attempts = counts.attempts as f64 / n;
+    let total = 1e6
+        * (events * eventbridge::PUT_EVENT + attempts * eventbridge::API_DESTINATION_INVOCATION);
+    Cost {
+        total,
+        ..Cost::default()
+    }
+}
+
+/// [`floor_cost`]'s derivation, for BENCHMARKS.md.
+pub const FLOOR_DERIVATION: &str = "per event 1 WRU to accept it durably (one item of at most 1 KB with payload and fan-out, conditional on its Idempotency-Key) + 1 WRU so the reconciler can find it by time if its queue message is lost (an item keyed by its idempotency key cannot also be keyed by time), per attempt 1 WRU for its outcome; no reads, no transactions; SQS send, receive and delete in batches of 10; Lambda as below with 10 messages per deliver and 100 records per dispatch invocation; API Gateway as ours";
+
+/// The least any design with hookline's guarantees pays for the same
+/// traffic under this price model, and how it is derived:
+/// - DynamoDB, per event: one write to accept it durably (an item of at most
+///   1 KB holding the payload and the fan-out, written conditionally on the
+///   `Idempotency-Key`) and one more write that lets the reconciler find it
+///   by time if its queue message is lost (an event keyed by its
+///   idempotency key cannot also be keyed by time: a second item or an index
+///   entry); per attempt: one write of its outcome (the attempt log). No
+///   reads (endpoints cached), no transactions.
+/// - SQS: one send, one receive and one delete per attempt, all in batches
+///   of 10.
+/// - Lambda: the same request fees and durations as [`cost`], with deliver
+///   invocations of 10 messages and dispatch invocations of 100 records.
+/// - API Gateway: one request per ingest request, as ours.
+pub fn floor_cost(counts: &ScenarioCounts) -> Cost {
+    let n = counts.deliveries.max(1) as f64;
+    let events = counts.scenario.events as f64 / n;
+    let attempts = counts.attempts as f64 / n;
+    let wru = 2.0 * events + attempts;
+    let dynamodb = 1e6 * wru * price::WRU;
+    let sqs = 1e6 * attempts * 0.3 * price::SQS_REQUEST;
+    let per_request = counts.scenario.events_per_request.max(1) as f64;
+    let requests = events / per_request;
+    let ingest_ms = assume::INGEST_MS + assume::INGEST_MS_PER_BATCHED_EVENT * (per_request - 1.0);
+    let gb_s = |ms: f64| ms / 1000.0 * assume::MEMORY_GB * price::LAMBDA_GB_SECOND_ARM64;
+    let deliver_invocations = attempts / 10.0;
+    let dispatch_invocations = events / 100.0;
+    let lambda = 1e6
+        * (requests * (price::LAMBDA_REQUEST + gb_s(ingest_ms))
+            + deliver_invocations
+                * (price::LAMBDA_REQUEST + gb_s(assume::DELIVER_MS_PER_INVOCATION))
+            + dispatch_invocations
+                * (price::LAMBDA_REQUEST + gb_s(assume::DISPATCH_MS_PER_INVOCATION)));
+    let api_gateway = 1e6 * requests * price::HTTP_API_REQUEST;
+    Cost {
+        wru_per_delivery: wru,
+        rru_per_delivery: 0.0,
+        dynamodb,
+        sqs,
+        lambda,
+        api_gateway,
+        total: dynamodb + sqs + lambda + api_gateway,
+    }
+}
+
 pub fn fmt_ops(ops: &BTreeMap<String, OperationCount>, n: usize) -> String {
     let mut out = String::new();
     for (op, c) in ops {

@@ -32,7 +32,7 @@ fn thread_cpu() -> Duration {
 
 /// A receiver that answers 200 after `delay`, on its own thread and runtime
 /// (so its CPU time is not the deliverer's).
-fn slow_receiver(delay: Duration) -> Result<String, String> {
+pub fn slow_receiver(delay: Duration) -> Result<String, String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_multi_thread()

@@ -5,8 +5,9 @@
 //!
 //! - item size = attribute names + values (DynamoDB's rule); a write costs
 //!   one WRU per started KB, twice inside a transaction; each GSI copy of a
-//!   written item (both GSIs project ALL) costs as much again, and a GSI key
-//!   change costs a delete and a put in that index;
+//!   written item costs as much again for the two that project ALL (GSI1,
+//!   GSI2), one WRU for the KEYS_ONLY overdue index (GSI3); a GSI key
+//!   change costs a delete and a put in that index, a removed key a delete;
 //! - `UpdateItem` does not carry the whole item: its size is the update's
 //!   values plus `UPDATED_ITEM_BASE_BYTES`;
 //! - a consistent `GetItem` is 1 RRU per 4 KB, a `Query` at least 0.5 RRU.
@@ -105,7 +106,12 @@ fn put_wru(item: &Value, factor: f64) -> f64 {
         .iter()
         .filter(|k| item.get(**k).is_some())
         .count() as f64;
-    units * factor + units * gsis
+    let overdue = if item.get("GSI3PK").is_some() {
+        1.0
+    } else {
+        0.0
+    };
+    units * factor + units * gsis + overdue
 }
 
 fn update_wru(update: &Value, factor: f64) -> f64 {
@@ -136,7 +142,21 @@ fn update_wru(update: &Value, factor: f64) -> f64 {
     } else {
         0.0
     };
-    units * factor + gsi
+    // The KEYS_ONLY overdue index: an entry set (added or moved: counted as
+    // one put, a move's delete is not known here) or removed (one delete).
+    let (set_part, remove_part) = expression
+        .split_once(" REMOVE ")
+        .unwrap_or((expression, ""));
+    let overdue = if set_part.contains("GSI3PK") {
+        1.0
+    } else {
+        0.0
+    } + if remove_part.contains("GSI3PK") {
+        1.0
+    } else {
+        0.0
+    };
+    units * factor + gsi + overdue
 }
 
 /// Estimated (WRU, RRU) of one DynamoDB request body.
@@ -227,5 +247,13 @@ mod tests {
         );
         let big = json!({"PK": {"S": "x".repeat(3000)}});
         assert_eq!(dynamodb_capacity("PutItem", &json!({"Item": big})).0, 3.0);
+        // The KEYS_ONLY overdue index: one WRU per entry written or removed.
+        let pending = json!({"PK": {"S": "DLV#x"}, "GSI3PK": {"S": "DUE#1"}});
+        assert_eq!(
+            dynamodb_capacity("PutItem", &json!({"Item": pending})).0,
+            2.0
+        );
+        let finish = json!({"Key": {"PK": {"S": "EVT#x"}}, "UpdateExpression": "SET a = :a REMOVE GSI3PK, GSI3SK", "ExpressionAttributeValues": {":a": {"S": "x"}}});
+        assert_eq!(dynamodb_capacity("UpdateItem", &finish).0, 2.0);
     }
 }

@@ -28,6 +28,7 @@ pub async fn sdk_config(endpoint_url: Option<&str>) -> SdkConfig {
         loader = loader.endpoint_url(url);
     }
     loader
+        .http_client(http_client(endpoint_url))
         .retry_config(
             RetryConfig::standard()
                 .with_max_attempts(4)
@@ -43,6 +44,37 @@ pub async fn sdk_config(endpoint_url: Option<&str>) -> SdkConfig {
         )
         .load()
         .await
+}
+
+/// The roots every AWS service endpoint's certificate chains to (Amazon
+/// Trust Services).
+pub const AMAZON_TRUST_SERVICES_PEM: &str = include_str!("../certs/amazon-trust-services.pem");
+
+/// The SDK's HTTPS client. Talking to AWS (or to a plain-HTTP local
+/// endpoint) it trusts the five Amazon Trust Services roots only: loading
+/// and parsing the system store's ~140 roots was a third of a cold start,
+/// on every function. A custom HTTPS endpoint (a proxy, LocalStack with its
+/// own certificate) gets the system store, as the SDK's default does.
+pub fn http_client(
+    endpoint_url: Option<&str>,
+) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+    let custom_https = endpoint_url.is_some_and(|url| url.starts_with("https://"));
+    let trust = if custom_https {
+        TrustStore::default()
+    } else {
+        TrustStore::empty()
+            .with_native_roots(false)
+            .with_pem_certificate(AMAZON_TRUST_SERVICES_PEM.as_bytes())
+    };
+    let context = TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .expect("a trust store without extra server names always builds");
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(context)
+        .build_https()
 }
 
 impl Clients {
@@ -135,4 +167,26 @@ pub async fn store_and_queue(
         settings.dlq_url.clone(),
     );
     (store, queue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+
+    #[test]
+    fn amazon_trust_services_roots_are_five_parsable_anchors() {
+        let certs: Vec<CertificateDer<'_>> =
+            CertificateDer::pem_slice_iter(AMAZON_TRUST_SERVICES_PEM.as_bytes())
+                .collect::<Result<_, _>>()
+                .expect("valid PEM");
+        assert_eq!(certs.len(), 5);
+        let mut store = rustls::RootCertStore::empty();
+        let (valid, invalid) = store.add_parsable_certificates(certs);
+        assert_eq!((valid, invalid), (5, 0));
+        // Both kinds of client build (the roots are parsed on first use).
+        let _ = http_client(None);
+        let _ = http_client(Some("https://localhost.localstack.cloud:4566"));
+    }
 }

@@ -124,9 +124,9 @@ pub async fn ingest<S: Store>(
         r#"{"event_type": string, "payload": any JSON}"#,
     )?;
     let valid = validate_event(settings, request, idempotency_key)?;
-    if let Some(replayed) = replay_if_known(store, &app_id, &valid).await? {
-        return Ok(replayed);
-    }
+    // No read of the key first: the commit is conditional on it, and a key
+    // already taken comes back as the first answer to replay. One request
+    // (and one read unit) less for every new event; a replay pays it.
     let endpoints = store.list_endpoints(&app_id).await?;
     let planned = plan(&app_id, valid, &endpoints, now, rng)?;
     commit(store, &app_id, planned).await
@@ -147,21 +147,6 @@ fn parse_body<T: serde::de::DeserializeOwned>(
     }
     serde_json::from_slice(body)
         .map_err(|e| PipelineError::invalid("invalid_body", format!("expected {shape}: {e}")))
-}
-
-/// The stored answer when the event's Idempotency-Key was already used.
-async fn replay_if_known<S: Store>(
-    store: &S,
-    app_id: &AppId,
-    valid: &ValidEvent,
-) -> Result<Option<Accepted>, PipelineError> {
-    match &valid.idempotency_key {
-        Some(key) => match store.get_idempotency(app_id, key).await? {
-            Some(existing) => replay(existing, &valid.request_hash).map(Some),
-            None => Ok(None),
-        },
-        None => Ok(None),
-    }
 }
 
 /// An event ready to commit: its items, its answer, its key's hash.
@@ -304,7 +289,7 @@ pub async fn ingest_batch<S: Store>(
             format!("a batch holds 1 to {MAX_BATCH_EVENTS} events"),
         ));
     }
-    // Validate each, replaying the ones whose key was used before.
+    // Validate each; keys already taken are found by the commits (replays).
     let mut results: Vec<Option<Result<Accepted, PipelineError>>> = Vec::new();
     let mut to_plan: Vec<(usize, ValidEvent)> = Vec::new();
     for (index, item) in request.events.into_iter().enumerate() {
@@ -312,19 +297,13 @@ pub async fn ingest_batch<S: Store>(
             event_type: item.event_type,
             payload: item.payload,
         };
-        let checked = validate_event(settings, request, item.idempotency_key.as_deref());
-        let outcome = match checked {
-            Ok(valid) => match replay_if_known(store, &app_id, &valid).await {
-                Ok(None) => {
-                    to_plan.push((index, valid));
-                    None
-                }
-                Ok(Some(replayed)) => Some(Ok(replayed)),
-                Err(err) => Some(Err(err)),
-            },
-            Err(err) => Some(Err(err)),
-        };
-        results.push(outcome);
+        match validate_event(settings, request, item.idempotency_key.as_deref()) {
+            Ok(valid) => {
+                to_plan.push((index, valid));
+                results.push(None);
+            }
+            Err(err) => results.push(Some(Err(err))),
+        }
     }
     // One read of the endpoints; ids and items planned in order.
     if !to_plan.is_empty() {
