@@ -485,6 +485,15 @@ async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times
         stored.fanout_remaining.len(),
         250 - hookline_pipeline::ports::INLINE_DELIVERIES
     );
+    // Dispatch reads the bodies for its messages with one BatchGetItem: the
+    // events that exist come back, an unknown id is left out.
+    let unknown = hookline_core::ids::EventId::generate();
+    let batch =
+        hookline_pipeline::ports::Store::get_events(&stack.store, &[unknown, event_id.clone()])
+            .await
+            .unwrap();
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch[0].event, stored.event);
 
     let ok = stack
         .pump_until(Duration::from_secs(240), || async {

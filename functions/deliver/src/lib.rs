@@ -109,6 +109,56 @@ mod tests {
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
     }
 
+    /// The fixture's message carrying `body`.
+    fn carrying(body: &str) -> SqsEvent {
+        let mut event = fixture();
+        let mut message: hookline_pipeline::messages::DeliveryMessage =
+            serde_json::from_str(event.records[0].body.as_deref().unwrap()).unwrap();
+        message.body = Some(body.to_owned());
+        event.records[0].body = Some(message.to_json());
+        event
+    }
+
+    /// The bodies the receiver got.
+    fn received(deliverer: &TestDeliverer) -> Vec<String> {
+        deliverer
+            .sender
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, _, body)| String::from_utf8(body.clone()).unwrap())
+            .collect()
+    }
+
+    /// A body in the message saves deliver the event read, but only the
+    /// delivery's own body (by digest) is ever signed: a forged one (anyone
+    /// who can write to the queue) is replaced by the stored event's.
+    #[tokio::test]
+    async fn a_message_body_is_sent_only_if_it_is_the_deliverys() {
+        for (carried, expect_carried) in [(None, false), (Some(true), true), (Some(false), false)] {
+            let deliverer = answering(200, settings()).await;
+            let mut stored = deliverer.store.events().pop().unwrap();
+            let real = stored.event.body.clone();
+            // What the store now holds is recognisable: a read shows.
+            stored.event.body = r#"{"from":"the store"}"#.into();
+            deliverer.store.insert_event(stored);
+            let event = match carried {
+                None => fixture(),
+                Some(true) => carrying(&real),
+                Some(false) => carrying(r#"{"type":"refund.issued","forged":true}"#),
+            };
+            acked(&deliverer, event).await;
+            let bodies = received(&deliverer);
+            assert_eq!(bodies.len(), 1);
+            if expect_carried {
+                assert_eq!(bodies[0], real, "the carried body, no event read");
+            } else {
+                assert_eq!(bodies[0], r#"{"from":"the store"}"#, "{carried:?}");
+            }
+        }
+    }
+
     #[tokio::test]
     async fn fixture_message_is_signed_posted_and_recorded() {
         let deliverer = answering(204, settings()).await;

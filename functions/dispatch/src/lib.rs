@@ -65,7 +65,7 @@ async fn handle_in_order<S: Store, Q: Queue>(
             Ok(StreamChange::PendingDelivery(d)) => run.push((index, *d)),
             Ok(StreamChange::Ignored) => {}
             Ok(StreamChange::EventFanout(event_id)) => {
-                if let Some(failed) = flush(queue, &mut run, now).await {
+                if let Some(failed) = flush(store, queue, &mut run, now).await {
                     return Some(failed);
                 }
                 if let Err(err) = materialise_fanout(store, &event_id, now).await {
@@ -74,7 +74,7 @@ async fn handle_in_order<S: Store, Q: Queue>(
                 }
             }
             Err(err) => {
-                if let Some(failed) = flush(queue, &mut run, now).await {
+                if let Some(failed) = flush(store, queue, &mut run, now).await {
                     return Some(failed);
                 }
                 tracing::error!(sequence_number = %seq, error = %hookline_core::error::Chain(&err), "undecodable stream record");
@@ -82,12 +82,13 @@ async fn handle_in_order<S: Store, Q: Queue>(
             }
         }
     }
-    flush(queue, &mut run, now).await
+    flush(store, queue, &mut run, now).await
 }
 
 /// Queues a run of pending deliveries; the record index of the first one
 /// not accepted, if any.
-async fn flush<Q: Queue>(
+async fn flush<S: Store, Q: Queue>(
+    store: &S,
     queue: &Q,
     run: &mut Vec<(usize, Delivery)>,
     now: DateTime<Utc>,
@@ -97,7 +98,7 @@ async fn flush<Q: Queue>(
     }
     let batch = std::mem::take(run);
     let refs: Vec<&Delivery> = batch.iter().map(|(_, d)| d).collect();
-    match queue_pending(queue, &refs, now).await {
+    match queue_pending(store, queue, &refs, now).await {
         Ok(failed_ids) => {
             batch
                 .iter()

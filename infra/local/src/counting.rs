@@ -170,6 +170,23 @@ pub fn dynamodb_capacity(operation: &str, body: &Value) -> (f64, f64) {
             (0.0, if consistent { 1.0 } else { 0.5 })
         }
         "Query" => (0.0, 0.5),
+        "BatchGetItem" => {
+            let rru = body
+                .get("RequestItems")
+                .and_then(Value::as_object)
+                .map_or(0.0, |tables| {
+                    tables
+                        .values()
+                        .map(|t| {
+                            let keys = t.get("Keys").and_then(Value::as_array).map_or(0, Vec::len);
+                            let consistent =
+                                t.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
+                            keys as f64 * if consistent { 1.0 } else { 0.5 }
+                        })
+                        .sum()
+                });
+            (0.0, rru)
+        }
         "TransactWriteItems" => {
             let wru = body
                 .get("TransactItems")
@@ -255,5 +272,7 @@ mod tests {
         );
         let finish = json!({"Key": {"PK": {"S": "EVT#x"}}, "UpdateExpression": "SET a = :a REMOVE GSI3PK, GSI3SK", "ExpressionAttributeValues": {":a": {"S": "x"}}});
         assert_eq!(dynamodb_capacity("UpdateItem", &finish).0, 2.0);
+        let batch = json!({"RequestItems": {"t": {"Keys": [{}, {}, {}], "ConsistentRead": true}}});
+        assert_eq!(dynamodb_capacity("BatchGetItem", &batch).1, 3.0);
     }
 }

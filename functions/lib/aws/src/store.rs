@@ -407,6 +407,57 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(100) {
+            let keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|id| Self::key(event_pk(id), EVENT_SK))
+                .collect();
+            let mut pending = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| corrupt("BatchGetItem keys", e))?,
+            );
+            // Unprocessed keys (throttling) are asked again, a few times.
+            for round in 0..4u32 {
+                let Some(request) = pending.take() else { break };
+                if round > 0 {
+                    tokio::time::sleep(Duration::from_millis(20 << round)).await;
+                }
+                let _g = self.guard().await;
+                let page = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| store_error("BatchGetItem", e))?;
+                for item in page
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    out.push(schema::event_from_item(Item::from(item))?);
+                }
+                pending = page
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys.is_empty());
+            }
+            if pending.is_some() {
+                return Err(PipelineError::store(
+                    "BatchGetItem left keys unprocessed (throttled); retry",
+                    true,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
         self.get(event_pk(id), EVENT_SK)
             .await?

@@ -382,6 +382,22 @@ pub struct Delivery {
     pub attempts: Vec<Attempt>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// [`body_digest`] of the event body this delivery sends. A body carried
+    /// in a queue message is signed and sent only if it matches, so whoever
+    /// can write to the queue still cannot make hookline sign anything but
+    /// the stored event. Absent on items written before it existed (deliver
+    /// then reads the event, as it always did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_sha256: Option<String>,
+}
+
+/// SHA-256 of a webhook body, as lowercase hex.
+pub fn body_digest(body: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(body.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Delivery {
@@ -403,6 +419,7 @@ impl Delivery {
             attempts: Vec::new(),
             created_at: now,
             updated_at: now,
+            body_sha256: Some(body_digest(&event.body)),
         }
     }
 

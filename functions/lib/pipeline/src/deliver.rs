@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use hookline_core::ids::{AppId, EndpointId};
-use hookline_core::model::{Attempt, DeliveryStatus, Endpoint, FailReason, Transition};
+use hookline_core::model::{
+    body_digest, Attempt, Delivery, DeliveryStatus, Endpoint, FailReason, Transition,
+};
 use hookline_core::retry::parse_retry_after;
 use hookline_core::signing::{self, Schemes};
 use rand::rngs::StdRng;
@@ -170,15 +172,15 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             Some(ep) if ep.disabled => {
                 (delivery.fail_now(not_deliverable("endpoint disabled"))?, 0)
             }
-            Some(ep) => match self.store.get_event(&delivery.event_id).await? {
+            Some(ep) => match self.body_of(message, &delivery).await? {
                 None => (
                     delivery.fail_now(not_deliverable("event not found (expired?)"))?,
                     0,
                 ),
-                Some(stored) => {
+                Some(body) => {
                     let sent_at = (self.clock)();
                     let secrets = ep.signing_secrets(sent_at);
-                    let body = stored.event.body.as_bytes();
+                    let body = body.as_bytes();
                     let headers = signing::sign(
                         delivery.message_id().as_str(),
                         sent_at.timestamp(),
@@ -298,6 +300,27 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             self.forget_endpoint(&delivery.endpoint_id);
         }
         Ok(outcome)
+    }
+
+    /// The body to send: the message's own if it is the delivery's (its
+    /// digest matches `body_sha256`), else the stored event's; `None` when
+    /// the event is gone.
+    async fn body_of<'m>(
+        &self,
+        message: &'m DeliveryMessage,
+        delivery: &Delivery,
+    ) -> Result<Option<std::borrow::Cow<'m, str>>, PipelineError> {
+        if let (Some(body), Some(expected)) = (&message.body, &delivery.body_sha256) {
+            if body_digest(body) == *expected {
+                return Ok(Some(std::borrow::Cow::Borrowed(body)));
+            }
+            tracing::warn!(delivery_id = %delivery.id, "message body does not match the delivery's; the stored event is sent");
+        }
+        Ok(self
+            .store
+            .get_event(&delivery.event_id)
+            .await?
+            .map(|stored| std::borrow::Cow::Owned(stored.event.body)))
     }
 
     async fn endpoint(

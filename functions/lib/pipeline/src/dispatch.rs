@@ -10,7 +10,9 @@ use chrono::{DateTime, Utc};
 use hookline_core::ids::{DeliveryId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus};
 
-use crate::messages::{delay_seconds, DeliveryMessage};
+use std::collections::HashMap;
+
+use crate::messages::{delay_seconds, DeliveryMessage, INLINE_BODY_MAX};
 use crate::ports::{Queue, Store, FANOUT_CHUNK};
 use crate::PipelineError;
 
@@ -40,23 +42,53 @@ pub fn message_for(delivery: &Delivery, now: DateTime<Utc>) -> Option<(DeliveryM
         event_type: delivery.event_type.to_string(),
         version: Some(delivery.version),
         failure: None,
+        body: None,
     };
     Some((message, delay_seconds(not_before, now)))
 }
 
 /// Queues the next attempt of each pending delivery (SendMessageBatch by 10).
-/// Returns the ids whose message was not accepted (to report as failures).
-pub async fn queue_pending<Q: Queue>(
+/// Each message carries its event's body when it is small enough
+/// ([`INLINE_BODY_MAX`]): one batched, consistent read of the run's events
+/// here, instead of one read per attempt in deliver (a fan-out to N
+/// endpoints reads its event once). If that read fails, the messages go
+/// without bodies and deliver reads the events, as it always could: a
+/// throttled read never holds delivery up. Returns the ids whose message was
+/// not accepted (to report as failures).
+pub async fn queue_pending<S: Store, Q: Queue>(
+    store: &S,
     queue: &Q,
     deliveries: &[&Delivery],
     now: DateTime<Utc>,
 ) -> Result<Vec<DeliveryId>, PipelineError> {
-    let messages: Vec<(DeliveryMessage, i32)> = deliveries
-        .iter()
-        .filter_map(|d| message_for(d, now))
-        .collect();
+    let mut messages: Vec<(DeliveryMessage, i32)> = Vec::new();
+    let mut events: Vec<EventId> = Vec::new();
+    for delivery in deliveries {
+        if let Some(pair) = message_for(delivery, now) {
+            messages.push(pair);
+            events.push(delivery.event_id.clone());
+        }
+    }
     if messages.is_empty() {
         return Ok(Vec::new());
+    }
+    let mut wanted = events.clone();
+    wanted.sort();
+    wanted.dedup();
+    match store.get_events(&wanted).await {
+        Ok(found) => {
+            let bodies: HashMap<&EventId, &str> = found
+                .iter()
+                .filter(|e| e.event.body.len() <= INLINE_BODY_MAX)
+                .map(|e| (&e.event.id, e.event.body.as_str()))
+                .collect();
+            for ((message, _), event) in messages.iter_mut().zip(&events) {
+                message.body = bodies.get(event).map(|b| (*b).to_owned());
+            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %hookline_core::error::Chain(&err), events = wanted.len(), "reading event bodies failed; messages sent without them");
+        }
     }
     let failed = queue.send_deliveries(&messages).await?;
     for (message, delay) in &messages {
@@ -108,5 +140,71 @@ pub async fn materialise_fanout<S: Store>(
         }
         written += deliveries.len();
         tracing::info!(event_id = %event_id, chunk = deliveries.len(), remaining = rest.len(), "fan-out chunk materialised");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::{MemoryQueue, MemoryStore};
+    use crate::ports::StoredEvent;
+    use hookline_core::ids::{AppId, EndpointId};
+    use hookline_core::model::{Event, EventType};
+    use serde_json::value::RawValue;
+
+    fn event_with(payload: &str, now: DateTime<Utc>) -> Event {
+        Event::new(
+            EventId::generate(),
+            AppId::parse("shop").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &RawValue::from_string(payload.to_owned()).unwrap(),
+            now,
+        )
+    }
+
+    /// Messages carry their event's body (read once for the whole run),
+    /// except a body over the inline limit or an event that is gone.
+    #[tokio::test]
+    async fn messages_carry_small_bodies_read_once_per_event() {
+        let now = Utc::now();
+        let store = MemoryStore::default();
+        let small = event_with(r#"{"amount": 10.50, "id": 12345678901234567890123}"#, now);
+        let big = event_with(&format!(r#""{}""#, "x".repeat(INLINE_BODY_MAX)), now);
+        let gone = event_with("{}", now);
+        for event in [&small, &big] {
+            store.insert_event(StoredEvent {
+                event: event.clone(),
+                fanout_remaining: vec![],
+                fanout_version: 0,
+            });
+        }
+        let deliveries: Vec<Delivery> = [&small, &small, &big, &gone]
+            .iter()
+            .map(|event| {
+                let endpoint = EndpointId::generate();
+                Delivery::new(
+                    DeliveryId::for_event_endpoint(&event.id, &endpoint),
+                    event,
+                    endpoint,
+                    now,
+                )
+            })
+            .collect();
+        let queue = MemoryQueue::default();
+        let refs: Vec<&Delivery> = deliveries.iter().collect();
+        assert!(queue_pending(&store, &queue, &refs, now)
+            .await
+            .unwrap()
+            .is_empty());
+        let bodies: Vec<Option<String>> = queue.sent().into_iter().map(|(m, _)| m.body).collect();
+        assert_eq!(
+            bodies,
+            [
+                Some(small.body.clone()),
+                Some(small.body.clone()),
+                None,
+                None
+            ]
+        );
     }
 }

@@ -182,6 +182,13 @@ impl Store for MemoryStore {
     async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
         Ok(lock(&self.state).events.get(id).cloned())
     }
+    async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
+        let state = lock(&self.state);
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.events.get(id).cloned())
+            .collect())
+    }
     async fn materialise_fanout(
         &self,
         event_id: &EventId,

@@ -24,7 +24,17 @@ pub struct DeliveryMessage {
     /// Set on copies sent to the DLQ: why the delivery failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The webhook body to POST, when it is at most [`INLINE_BODY_MAX`]
+    /// bytes: deliver then does not read the event. Used only if its digest
+    /// matches the delivery's `body_sha256`; absent, or not matching, deliver
+    /// reads the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
 }
+
+/// Largest body carried in a queue message: the message stays within one
+/// 64 KB SQS billing chunk even with JSON escaping.
+pub const INLINE_BODY_MAX: usize = 24 * 1024;
 
 impl DeliveryMessage {
     pub fn to_json(&self) -> String {
@@ -74,6 +84,7 @@ mod tests {
             event_type: "a.b".into(),
             version: Some(3),
             failure: None,
+            body: Some(r#"{"data":{"n":1e2}}"#.into()),
         };
         let back: DeliveryMessage = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back, m);

@@ -157,6 +157,9 @@ pub trait Store: Send + Sync {
     /// Event + inline deliveries + idempotency record, in one transaction.
     fn commit_event(&self, new: &NewEvent) -> impl Future<Output = Result<CommitOutcome>> + Send;
     fn get_event(&self, id: &EventId) -> impl Future<Output = Result<Option<StoredEvent>>> + Send;
+    /// The events of `ids` that exist, in any order (consistent reads,
+    /// batched): the bodies dispatch puts in queue messages.
+    fn get_events(&self, ids: &[EventId]) -> impl Future<Output = Result<Vec<StoredEvent>>> + Send;
     /// Writes `deliveries` and sets the event's remaining fan-out to
     /// `remaining`, in one transaction, if the event is still at `version`.
     /// `Ok(false)`: the version moved on (another run did it); nothing written.
