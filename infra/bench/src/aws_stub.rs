@@ -5,8 +5,8 @@
 //! request handling. By default it keeps no state: reads find nothing,
 //! writes succeed. [`AwsStub::start_stateful`] keeps just enough for one pass
 //! of the pipeline (the CPU-per-delivery probe): puts (also inside
-//! transactions) are stored by key and logged as stream records, `GetItem`
-//! and `Query` (partition key, optional `begins_with` on the sort key) read
+//! transactions) are stored by key and logged as stream records, `GetItem`,
+//! `BatchGetItem` and `Query` (partition key, optional `begins_with` on the sort key) read
 //! them back, updates succeed without applying, and sent SQS messages are
 //! logged. `GET /_stream?from=N` and `GET /_messages?from=N` hand the logs to
 //! the probe (it plays Lambda's event sources).
@@ -72,6 +72,19 @@ impl Tables {
                 Some(item) => json!({"Item": item}),
                 None => json!({}),
             }),
+            "BatchGetItem" => {
+                let mut responses = serde_json::Map::new();
+                for (table, asked) in request["RequestItems"].as_object().into_iter().flatten() {
+                    let found: Vec<&Value> = asked["Keys"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|key| self.items.get(&key_of(key)))
+                        .collect();
+                    responses.insert(table.clone(), json!(found));
+                }
+                Some(json!({"Responses": responses, "UnprocessedKeys": {}}))
+            }
             "Query" if request.get("IndexName").is_none() => {
                 let values = &request["ExpressionAttributeValues"];
                 let pk = values[":pk"]["S"].as_str().unwrap_or_default();
@@ -269,6 +282,13 @@ mod tests {
         let q = json!({"KeyConditionExpression": "PK = :pk AND begins_with(SK, :ep)",
             "ExpressionAttributeValues": {":pk": {"S": "APP#a"}, ":ep": {"S": "EP#"}}});
         assert_eq!(t.answer("Query", &q).unwrap()["Count"], 1);
+        let batch = json!({"RequestItems": {"T": {"Keys": [
+            {"PK": {"S": "APP#a"}, "SK": {"S": "EP#1"}},
+            {"PK": {"S": "APP#b"}, "SK": {"S": "EP#9"}}]}}});
+        assert_eq!(
+            t.answer("BatchGetItem", &batch).unwrap()["Responses"]["T"],
+            json!([ep])
+        );
         assert_eq!(t.stream.len(), 2);
         assert!(t
             .answer(
