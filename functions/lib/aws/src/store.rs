@@ -189,6 +189,66 @@ impl DynamoStore {
         Ok(out.item.map(Item::from))
     }
 
+    /// Up to `limit` entries of one overdue-index shard due before `below`,
+    /// oldest first, with their sort keys (due time first).
+    async fn overdue_in_shard(
+        &self,
+        shard: u32,
+        below: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Overdue)>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        while out.len() < limit {
+            let _g = self.guard().await;
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(GSI_OVERDUE)
+                .key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
+                .expression_attribute_values(":pk", s(due_pk_of_shard(shard)))
+                .expression_attribute_values(":below", s(below))
+                .limit(
+                    i32::try_from(limit - out.len())
+                        .unwrap_or(1000)
+                        .clamp(1, 1000),
+                )
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            for item in page.items.unwrap_or_default() {
+                // A KEYS_ONLY entry always has the table key; one that does
+                // not name a delivery or an event is logged and skipped
+                // (retrying cannot fix it, and it must not stop the
+                // reconciler from reaching the others).
+                let pk = item.get(PK).and_then(|v| v.as_s().ok());
+                let sk = item
+                    .get("GSI3SK")
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                let entry = match pk.map(|pk| (pk.strip_prefix("DLV#"), pk.strip_prefix("EVT#"))) {
+                    Some((Some(id), _)) => DeliveryId::parse(id).ok().map(Overdue::Delivery),
+                    Some((_, Some(id))) => EventId::parse(id).ok().map(Overdue::Event),
+                    _ => None,
+                };
+                match entry {
+                    Some(entry) => out.push((sk, entry)),
+                    None => {
+                        tracing::error!(pk = ?pk, "unreadable entry in the overdue index skipped")
+                    }
+                }
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
     /// Queries every shard key of a GSI, newest first, for sort keys (delivery
     /// ids) in `[lowest, below)`, and merges the results by id.
     #[allow(clippy::too_many_arguments)]
@@ -685,60 +745,20 @@ impl Store for DynamoStore {
     }
 
     async fn overdue(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Vec<Overdue>> {
-        let mut out = Vec::new();
         // `#` sorts after every digit: all entries due strictly before cutoff.
         let below = format!("{}#", due_time(cutoff));
-        for shard in 0..DUE_SHARDS {
-            let mut start: Option<HashMap<String, AttributeValue>> = None;
-            loop {
-                if out.len() >= limit {
-                    return Ok(out);
-                }
-                let _g = self.guard().await;
-                let page = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(GSI_OVERDUE)
-                    .key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
-                    .expression_attribute_values(":pk", s(due_pk_of_shard(shard)))
-                    .expression_attribute_values(":below", s(below.clone()))
-                    .limit(
-                        i32::try_from(limit - out.len())
-                            .unwrap_or(1000)
-                            .clamp(1, 1000),
-                    )
-                    .set_exclusive_start_key(start.take())
-                    .send()
-                    .await
-                    .map_err(|e| store_error("Query", e))?;
-                for item in page.items.unwrap_or_default() {
-                    // A KEYS_ONLY entry always has the table key; one that
-                    // does not name a delivery or an event is logged and
-                    // skipped (retrying cannot fix it, and it must not stop
-                    // the reconciler from reaching the others).
-                    let pk = item.get(PK).and_then(|v| v.as_s().ok());
-                    let entry = match pk
-                        .map(|pk| (pk.strip_prefix("DLV#"), pk.strip_prefix("EVT#")))
-                    {
-                        Some((Some(id), _)) => DeliveryId::parse(id).ok().map(Overdue::Delivery),
-                        Some((_, Some(id))) => EventId::parse(id).ok().map(Overdue::Event),
-                        _ => None,
-                    };
-                    match entry {
-                        Some(entry) => out.push(entry),
-                        None => {
-                            tracing::error!(pk = ?pk, "unreadable entry in the overdue index skipped")
-                        }
-                    }
-                }
-                match page.last_evaluated_key {
-                    Some(key) if !key.is_empty() => start = Some(key),
-                    _ => break,
-                }
-            }
-        }
-        Ok(out)
+        // The shards are read at once (a cold reconciler waits for one round
+        // trip, not eight in a row), each up to `limit`; the merge keeps the
+        // `limit` oldest over all shards.
+        let shards = (0..DUE_SHARDS).map(|shard| self.overdue_in_shard(shard, &below, limit));
+        let mut due: Vec<(String, Overdue)> = futures::future::try_join_all(shards)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        due.sort_by(|a, b| a.0.cmp(&b.0));
+        due.truncate(limit);
+        Ok(due.into_iter().map(|(_, entry)| entry).collect())
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
