@@ -1,3 +1,6 @@
+// The reconciler's concurrent shard reads nest deeply enough for the layout query.
+#![recursion_limit = "256"]
+
 use hookline_aws::clients::{init_tracing, Deps};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
