@@ -174,7 +174,7 @@ async fn reconciler_recovers_dropped_stream_records_and_fanouts() {
     // ... and one whose whole fan-out was deferred (as for > 98 endpoints),
     // committed through the same store.
     let app = AppId::parse("shop").unwrap();
-    let all = stack.store.list_endpoints(&app).await.unwrap();
+    let all = stack.store.list_routes(&app).await.unwrap();
     let (mut new, response) = plan_event(
         app.clone(),
         EventType::parse("order.shipped").unwrap(),
@@ -598,6 +598,13 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     assert_eq!(read.secret.expose(), new_secret);
     assert_eq!(read.previous_secrets[0].secret.expose(), secret);
     assert_eq!(sealer.open_data_keys(), 1, "one data key for both secrets");
+    // Fan-out never needs a secret: a fresh ingest container lists the
+    // routes (ids, filters, state) without a single KMS call.
+    let (fresh_ingest, ingest_sealer) = new_container(&stack);
+    let routes = fresh_ingest.list_routes(&app).await.unwrap();
+    let route = routes.iter().find(|r| r.id == ep_id).expect("listed");
+    assert!(!route.disabled);
+    assert_eq!(ingest_sealer.open_data_keys(), 0);
 
     // Endpoints sealed by two containers (two data keys): a third container
     // lists them, opening both data keys in one concurrent round.

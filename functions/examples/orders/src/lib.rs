@@ -55,7 +55,7 @@ impl OrdersService {
     /// must not exist yet) and the event with its deliveries.
     pub async fn create_order(&self, order: &Order) -> Result<IngestResponse, OrderError> {
         // Endpoints change rarely: a real service would cache this list.
-        let endpoints = self.webhooks.list_endpoints(&self.app_id).await?;
+        let endpoints = self.webhooks.list_routes(&self.app_id).await?;
         let (webhook_items, accepted) = outbox::event_items(
             self.webhooks.table(),
             self.app_id.clone(),

@@ -4,7 +4,7 @@
 //! write and the webhook intent commit or fail together.
 //!
 //! ```ignore
-//! let endpoints = store.list_endpoints(&app).await?;            // or a cached copy
+//! let endpoints = store.list_routes(&app).await?;              // or a cached copy
 //! // `payload`: your JSON text as a `RawValue`; receivers get it byte for byte.
 //! let (items, accepted) = outbox::event_items(&table, app, event_type, &payload,
 //!                                              &endpoints, Utc::now(), retention)?;
@@ -22,7 +22,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use hookline_core::ids::AppId;
-use hookline_core::model::{Endpoint, EventType};
+use hookline_core::model::{EndpointRoute, EventType};
 use hookline_pipeline::ingest::{plan_event, IngestResponse};
 use hookline_pipeline::ports::{NewEvent, Result};
 use rand::rngs::StdRng;
@@ -83,7 +83,7 @@ pub fn event_items(
     app_id: AppId,
     event_type: &str,
     payload: &RawValue,
-    endpoints: &[Endpoint],
+    endpoints: &[EndpointRoute],
     now: DateTime<Utc>,
     retention: Duration,
 ) -> Result<(Vec<TransactWriteItem>, IngestResponse)> {

@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
-use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Overdue, Result,
     Store, StoredEvent,
@@ -374,6 +374,40 @@ impl Store for DynamoStore {
             }
             for item in items {
                 out.push(self.endpoint_from_sdk(item).await?);
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn list_routes(&self, app: &AppId) -> Result<Vec<EndpointRoute>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let _g = self.guard().await;
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND begins_with(SK, :ep)")
+                .expression_attribute_values(":pk", s(app_pk(app)))
+                .expression_attribute_values(":ep", s("EP#"))
+                .projection_expression("#id, #types, #disabled")
+                .expression_attribute_names("#id", "id")
+                .expression_attribute_names("#types", "event_types")
+                .expression_attribute_names("#disabled", "disabled")
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            for item in page.items.unwrap_or_default() {
+                out.push(
+                    serde_dynamo::from_item(Item::from(item))
+                        .map_err(|e| corrupt("endpoint item", e))?,
+                );
             }
             match page.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),

@@ -192,17 +192,7 @@ impl Endpoint {
 
     /// Whether an event of `event_type` goes to this endpoint.
     pub fn subscribes_to(&self, event_type: &EventType) -> bool {
-        let t = event_type.as_str();
-        self.event_types.is_empty()
-            || self.event_types.iter().any(|pattern| {
-                pattern == "*"
-                    || pattern == t
-                    || pattern.strip_suffix(".*").is_some_and(|prefix| {
-                        t.len() > prefix.len() + 1
-                            && t.starts_with(prefix)
-                            && t.as_bytes()[prefix.len()] == b'.'
-                    })
-            })
+        subscribes(&self.event_types, event_type)
     }
 
     /// Enabled and subscribed.
@@ -389,6 +379,51 @@ pub struct Delivery {
     /// then reads the event, as it always did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_sha256: Option<String>,
+}
+
+/// Whether filters `event_types` (exact names, `prefix.*`, `*`; empty =
+/// all) admit `event_type`.
+fn subscribes(event_types: &[String], event_type: &EventType) -> bool {
+    let t = event_type.as_str();
+    event_types.is_empty()
+        || event_types.iter().any(|pattern| {
+            pattern == "*"
+                || pattern == t
+                || pattern.strip_suffix(".*").is_some_and(|prefix| {
+                    t.len() > prefix.len() + 1
+                        && t.starts_with(prefix)
+                        && t.as_bytes()[prefix.len()] == b'.'
+                })
+        })
+}
+
+/// What fan-out needs of an endpoint: its id, filters and state; no URL,
+/// no secrets, so listing routes never opens a sealed secret (no KMS call
+/// on an ingest cold start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointRoute {
+    pub id: EndpointId,
+    #[serde(default)]
+    pub event_types: Vec<String>,
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+impl EndpointRoute {
+    /// Enabled and subscribed (as [`Endpoint::receives`]).
+    pub fn receives(&self, event_type: &EventType) -> bool {
+        !self.disabled && subscribes(&self.event_types, event_type)
+    }
+}
+
+impl From<&Endpoint> for EndpointRoute {
+    fn from(endpoint: &Endpoint) -> Self {
+        Self {
+            id: endpoint.id.clone(),
+            event_types: endpoint.event_types.clone(),
+            disabled: endpoint.disabled,
+        }
+    }
 }
 
 /// SHA-256 of a webhook body, as lowercase hex.
@@ -876,6 +911,20 @@ mod tests {
         assert!(ep.receives(&paid) && ep.receives(&user));
         ep.event_types = vec!["order.*".into()];
         assert!(ep.receives(&paid) && !ep.receives(&user));
+        // A route (what fan-out lists) decides exactly as its endpoint.
+        for (types, disabled) in [
+            (vec![], false),
+            (vec!["order.*".to_owned()], false),
+            (vec!["*".to_owned()], true),
+        ] {
+            let mut e = ep.clone();
+            e.event_types = types;
+            e.disabled = disabled;
+            let route = EndpointRoute::from(&e);
+            for t in [&paid, &user] {
+                assert_eq!(route.receives(t), e.receives(t), "{:?} {t}", e.event_types);
+            }
+        }
         assert!(!ep.subscribes_to(&EventType::parse("orders.paid").unwrap()));
         assert!(!ep.subscribes_to(&EventType::parse("order").unwrap()));
         ep.event_types = vec!["user.created".into()];

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
-use hookline_core::model::{Delivery, DeliveryStatus, Endpoint};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
 
 use crate::messages::DeliveryMessage;
 use crate::ports::*;
@@ -102,6 +102,14 @@ impl Store for MemoryStore {
             .values()
             .filter(|e| &e.app_id == app)
             .cloned()
+            .collect())
+    }
+    async fn list_routes(&self, app: &AppId) -> Result<Vec<EndpointRoute>> {
+        Ok(lock(&self.state)
+            .endpoints
+            .values()
+            .filter(|e| &e.app_id == app)
+            .map(EndpointRoute::from)
             .collect())
     }
     async fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>> {

@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
-use hookline_core::model::{Delivery, Endpoint, Event, EventType};
+use hookline_core::model::{Delivery, EndpointRoute, Event, EventType};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -127,7 +127,7 @@ pub async fn ingest<S: Store>(
     // No read of the key first: the commit is conditional on it, and a key
     // already taken comes back as the first answer to replay. One request
     // (and one read unit) less for every new event; a replay pays it.
-    let endpoints = store.list_endpoints(&app_id).await?;
+    let endpoints = store.list_routes(&app_id).await?;
     let planned = plan(&app_id, valid, &endpoints, now, rng)?;
     commit(store, &app_id, planned).await
 }
@@ -161,7 +161,7 @@ struct Planned {
 fn plan(
     app_id: &AppId,
     valid: ValidEvent,
-    endpoints: &[Endpoint],
+    endpoints: &[EndpointRoute],
     now: DateTime<Utc>,
     rng: &mut (dyn RngCore + Send),
 ) -> Result<Planned, PipelineError> {
@@ -307,7 +307,7 @@ pub async fn ingest_batch<S: Store>(
     }
     // One read of the endpoints; ids and items planned in order.
     if !to_plan.is_empty() {
-        let endpoints = store.list_endpoints(&app_id).await?;
+        let endpoints = store.list_routes(&app_id).await?;
         let mut planned = Vec::new();
         for (index, valid) in to_plan {
             match plan(&app_id, valid, &endpoints, now, rng) {
@@ -345,7 +345,7 @@ pub fn plan_event(
     app_id: AppId,
     event_type: EventType,
     payload: &RawValue,
-    endpoints: &[Endpoint],
+    endpoints: &[EndpointRoute],
     now: DateTime<Utc>,
     rng: &mut (dyn RngCore + Send),
 ) -> (NewEvent, IngestResponse) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
-use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Event};
 use hookline_core::signing::SignedHeaders;
 
 use crate::messages::DeliveryMessage;
@@ -121,8 +121,11 @@ pub struct DeliveryPage {
 
 /// The persistent state: endpoints, events, deliveries, idempotency keys.
 pub trait Store: Send + Sync {
-    /// Every endpoint of an app (enabled or not).
+    /// Every endpoint of an app (enabled or not), secrets opened.
     fn list_endpoints(&self, app: &AppId) -> impl Future<Output = Result<Vec<Endpoint>>> + Send;
+    /// Every endpoint of an app as fan-out sees it (consistent read): never
+    /// opens a secret.
+    fn list_routes(&self, app: &AppId) -> impl Future<Output = Result<Vec<EndpointRoute>>> + Send;
     fn get_endpoint(
         &self,
         app: &AppId,
