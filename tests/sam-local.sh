@@ -3,7 +3,7 @@
 # of EVERY function with the files in events/, against a moto server on
 # loopback (--docker-network host), asserting on each function's output and on
 # the resulting state in moto:
-#   ingest   -> endpoint + event + delivery items in the table
+#   ingest   -> endpoint + event items in the table (the delivery listed on its event)
 #   dispatch -> messages in the delivery queue (fixtures and the real stream record)
 #   deliver  -> the loopback receiver got a POST whose signatures verify
 #   retry    -> the DLQ is drained
@@ -111,10 +111,10 @@ secret=$(check http "$work/create.out" 201 secret)
 ok "ingest: POST endpoints -> 201 ($endpoint_id)"
 invoke IngestFunction events/api-post-event.json "$work/event.out"
 delivery_id=$(check http "$work/event.out" 202 delivery_ids.0)
+event_id=$(check http "$work/event.out" 202 event_id)
 check items "$moto" "$table" event 1 >/dev/null
-check items "$moto" "$table" delivery 1 >/dev/null
-check status "$moto" "$table" "$delivery_id" pending
-ok "ingest: POST events -> 202, event + pending delivery $delivery_id in the table"
+check listed "$moto" "$table" "$event_id" "$delivery_id" >/dev/null
+ok "ingest: POST events -> 202, one event item listing delivery $delivery_id (no delivery item before its first attempt)"
 invoke IngestFunction events/api-post-event.json "$work/event2.out"
 test "$(check http "$work/event2.out" 202 delivery_ids.0)" = "$delivery_id"
 check items "$moto" "$table" event 1 >/dev/null
@@ -141,8 +141,10 @@ invoke DispatchFunction events/stream-insert-delivery.json "$work/d1.out"
 check no-failures "$work/d1.out"
 invoke DispatchFunction events/stream-modify-delivery.json "$work/d2.out"
 check no-failures "$work/d2.out"
-check queue-depth "$moto" "$queue" 2 >/dev/null
-ok "dispatch: INSERT and MODIFY fixtures -> 2 messages queued"
+invoke DispatchFunction events/stream-insert-event.json "$work/d2e.out"
+check no-failures "$work/d2e.out"
+check queue-depth "$moto" "$queue" 4 >/dev/null
+ok "dispatch: delivery INSERT and MODIFY fixtures, a listed event INSERT (2 endpoints) -> 4 messages queued"
 # Drop the fixtures' messages (their delivery is not in this table).
 check purge "$moto" "$queue"
 "$local_bin" stream-event --endpoint-url "$moto" --checkpoint-file "$work/ckpt.json" > "$work/stream.json"
@@ -178,20 +180,23 @@ ok "retry: dry run counts, real run drains the DLQ"
 echo "== ReconcileFunction"
 invoke ReconcileFunction events/reconcile.json "$work/rc0.out"
 check field "$work/rc0.out" requeued 0
+check field "$work/rc0.out" listed_requeued 0
 # (No second purge here: SQS allows one PurgeQueue per minute per queue.)
 before=$(check queue-depth "$moto" "$queue" 0)
 sed 's/"order-1042-paid"/"order-1042-reconcile"/' events/api-post-event.json > "$work/event3.json"
 invoke IngestFunction "$work/event3.json" "$work/event3.out"
 lost_id=$(check http "$work/event3.out" 202 delivery_ids.0)
-check status "$moto" "$table" "$lost_id" pending
+lost_event=$(check http "$work/event3.out" 202 event_id)
+check listed "$moto" "$table" "$lost_event" "$lost_id" >/dev/null
 # Its stream record is never dispatched (lost). Once overdue
 # (WEBHOOKS_RECONCILE_AFTER in events/env.local.json), the reconciler queues it.
 after=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ReconcileFunction"]["WEBHOOKS_RECONCILE_AFTER"].rstrip("s"))' events/env.local.json)
 sleep $((after + 1))
 invoke ReconcileFunction events/reconcile.json "$work/rc1.out"
-check field "$work/rc1.out" requeued 1
+check field "$work/rc1.out" listed_requeued 1
+check status "$moto" "$table" "$lost_id" pending
 check queue-depth "$moto" "$queue" $((before + 1)) $((before + 1)) >/dev/null
-ok "reconcile: nothing overdue -> 0; a delivery whose stream record was lost -> re-queued"
+ok "reconcile: nothing overdue -> 0; a listed delivery whose stream record was lost -> written pending and re-queued"
 
 echo "== ExampleReceiverFunction (receiver kit)"
 receiver_secret=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ExampleReceiverFunction"]["WEBHOOKS_RECEIVER_SECRETS"])' events/env.local.json)

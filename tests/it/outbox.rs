@@ -71,10 +71,30 @@ async fn order_and_webhook_commit_together_or_not_at_all() {
         1,
         "{kinds:?}"
     );
+    // The delivery is listed on the event (no item before its first attempt).
     assert_eq!(
         kinds.iter().filter(|k| *k == "delivery").count(),
-        1,
+        0,
         "{kinds:?}"
+    );
+    let listed = items
+        .iter()
+        .find(|i| {
+            i.get("kind")
+                .and_then(|k| k.as_s().ok())
+                .map(String::as_str)
+                == Some("event")
+        })
+        .and_then(|i| i.get("targets"))
+        .and_then(|t| t.as_l().ok())
+        .map(Vec::len);
+    assert_eq!(listed, Some(1));
+    assert_eq!(
+        stack
+            .delivery(accepted.delivery_ids[0].as_ref())
+            .await
+            .status,
+        DeliveryStatus::Pending
     );
     let stored: Order = serde_dynamo::from_item(
         stack

@@ -61,6 +61,15 @@ def main():
         status = item and item["status"]["S"]
         if status != args[3]:
             sys.exit(f"delivery {args[2]}: expected {args[3]}, got {status}")
+    elif cmd == "listed":  # ENDPOINT TABLE EVENT_ID DELIVERY_ID: listed on its event, no item yet
+        ddb = client("dynamodb", args[0])
+        if ddb.get_item(TableName=args[1], Key={"PK": {"S": "DLV#" + args[3]}, "SK": {"S": "DLV"}}).get("Item"):
+            sys.exit(f"delivery {args[3]} has an item before its first attempt")
+        event = ddb.get_item(TableName=args[1], Key={"PK": {"S": "EVT#" + args[2]}, "SK": {"S": "EVT"}}).get("Item")
+        targets = event and event.get("targets", {}).get("L")
+        if not targets:
+            sys.exit(f"event {args[2]} lists no fan-out: {event}")
+        print(len(targets))
     elif cmd == "queue-depth":  # ENDPOINT QUEUE_URL EXPECTED_MIN [EXPECTED_MAX]
         sqs = client("sqs", args[0])
         attrs = sqs.get_queue_attributes(QueueUrl=args[1], AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]

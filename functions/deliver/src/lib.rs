@@ -74,6 +74,7 @@ mod tests {
             .await
             .unwrap();
         store.insert_event(StoredEvent {
+            targets: vec![],
             event,
             fanout_remaining: vec![],
             fanout_version: 0,
@@ -254,6 +255,52 @@ mod tests {
             response.batch_item_failures[0].item_identifier,
             "059f36b4-87a3-44ab-83d2-661975830a7d"
         );
+    }
+
+    /// A listed delivery (no item, only its event's fan-out list): its first
+    /// message POSTs once and its outcome creates the item; the same message
+    /// again is stale.
+    #[tokio::test]
+    async fn the_first_attempt_of_a_listed_delivery_writes_its_item() {
+        use hookline_pipeline::deliver::DeliverOutcome;
+        use hookline_pipeline::dispatch::message_for;
+        let deliverer = answering(200, settings()).await;
+        let now = Utc::now();
+        let mut event = deliverer.store.events()[0].event.clone();
+        // A fan-out base id: low 16 bits zero (its delivery ids name it).
+        event.id = EventId::parse("evt_01m8vgw5r0fe7bg2yq1bg70000").unwrap();
+        let endpoint = deliverer.store.deliveries()[0].endpoint_id.clone();
+        let stored = StoredEvent {
+            targets: vec![endpoint],
+            event,
+            fanout_remaining: vec![],
+            fanout_version: 0,
+        };
+        deliverer.store.insert_event(stored.clone());
+        let listed = stored.listed_delivery(0).unwrap();
+        let (message, _) = message_for(&listed, now).unwrap();
+        assert_eq!(message.version, Some(0));
+        assert!(!deliverer
+            .store
+            .delivery_items()
+            .iter()
+            .any(|d| d.id == listed.id));
+        assert_eq!(
+            deliverer.handle(&message).await.unwrap(),
+            DeliverOutcome::Delivered
+        );
+        let item = deliverer
+            .store
+            .delivery_items()
+            .into_iter()
+            .find(|d| d.id == listed.id)
+            .expect("the outcome wrote the item");
+        assert_eq!(item.status, DeliveryStatus::Delivered);
+        assert_eq!(
+            deliverer.handle(&message).await.unwrap(),
+            DeliverOutcome::Stale
+        );
+        assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 1);
     }
 
     /// The reconciler re-queued the delivery (new version) while its old

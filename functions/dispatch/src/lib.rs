@@ -55,15 +55,23 @@ async fn handle_in_order<S: Store, Q: Queue>(
     event: Event,
     now: DateTime<Utc>,
 ) -> Option<usize> {
-    let mut run: Vec<(usize, Delivery)> = Vec::new();
+    let mut run = Run::default();
     for (index, record) in event.records.into_iter().enumerate() {
         let seq = record.change.sequence_number.clone().unwrap_or_default();
         if record.event_name == "REMOVE" {
             continue;
         }
         match decode_stream_image(record.change.new_image) {
-            Ok(StreamChange::PendingDelivery(d)) => run.push((index, *d)),
-            Ok(StreamChange::Ignored) => {}
+            Ok(StreamChange::PendingDelivery(d)) => run.deliveries.push((index, *d)),
+            // Only the insert: a later change of the event (its retention
+            // pushed back) must not send the first attempts again.
+            Ok(StreamChange::ListedFanout(stored)) if record.event_name == "INSERT" => {
+                for delivery in stored.listed_deliveries() {
+                    run.deliveries.push((index, delivery));
+                }
+                run.events.push(stored.event);
+            }
+            Ok(StreamChange::ListedFanout(_) | StreamChange::Ignored) => {}
             Ok(StreamChange::EventFanout(event_id)) => {
                 if let Some(failed) = flush(store, queue, &mut run, now).await {
                     return Some(failed);
@@ -85,20 +93,32 @@ async fn handle_in_order<S: Store, Q: Queue>(
     flush(store, queue, &mut run, now).await
 }
 
+/// Consecutive records' deliveries to queue together, with the events whose
+/// bodies their stream images carried.
+#[derive(Default)]
+struct Run {
+    deliveries: Vec<(usize, Delivery)>,
+    events: Vec<hookline_core::model::Event>,
+}
+
 /// Queues a run of pending deliveries; the record index of the first one
 /// not accepted, if any.
 async fn flush<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
-    run: &mut Vec<(usize, Delivery)>,
+    run: &mut Run,
     now: DateTime<Utc>,
 ) -> Option<usize> {
-    if run.is_empty() {
+    let Run {
+        deliveries: batch,
+        events,
+    } = std::mem::take(run);
+    if batch.is_empty() {
         return None;
     }
-    let batch = std::mem::take(run);
     let refs: Vec<&Delivery> = batch.iter().map(|(_, d)| d).collect();
-    match queue_pending(store, queue, &refs, now).await {
+    let known: Vec<&hookline_core::model::Event> = events.iter().collect();
+    match queue_pending(store, queue, &refs, &known, now).await {
         Ok(failed_ids) => {
             batch
                 .iter()
@@ -159,6 +179,53 @@ mod tests {
             "dlv_01m8vgw5r0fd5bkndpb8a897m8"
         );
         assert_eq!(sent[0].1, 0, "due now: no delay");
+    }
+
+    /// A new event with a listed fan-out: one first-attempt message per
+    /// endpoint, body from the image (the store is empty: nothing read), ids
+    /// naming the event; the same event modified later (its retention
+    /// pushed back) sends nothing again.
+    #[tokio::test]
+    async fn insert_of_a_listed_event_queues_each_first_attempt_with_its_body() {
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let json: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/stream-insert-event.json"))
+                .expect("fixture is JSON");
+        let response = handle_json(&store, &queue, json.clone()).await;
+        assert!(response.batch_item_failures.is_empty());
+        let body = json["Records"][0]["dynamodb"]["NewImage"]["body"]["S"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let sent = queue.sent();
+        let ids: Vec<String> = sent
+            .iter()
+            .map(|(m, _)| m.delivery_id.to_string())
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "dlv_01m8vgw5r0fe7bg2yq1bg70001",
+                "dlv_01m8vgw5r0fe7bg2yq1bg70002"
+            ]
+        );
+        for (message, delay) in &sent {
+            assert_eq!((message.attempt, message.version, *delay), (1, Some(0), 0));
+            assert_eq!(message.body.as_deref(), Some(body.as_str()));
+            let (event, _) = message.delivery_id.fanout_origin().unwrap();
+            assert_eq!(event.as_str(), "evt_01m8vgw5r0fe7bg2yq1bg70000");
+        }
+        assert!(store.delivery_items().is_empty(), "dispatch writes nothing");
+
+        let queue = MemoryQueue::default();
+        let mut modify = json;
+        modify["Records"][0]["eventName"] = serde_json::json!("MODIFY");
+        let response = handle_json(&store, &queue, modify).await;
+        assert!(response.batch_item_failures.is_empty());
+        assert!(
+            queue.sent().is_empty(),
+            "a change of the event sends nothing"
+        );
     }
 
     #[tokio::test]

@@ -251,6 +251,20 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
     for _ in 0..3 {
         stack.pump().await;
     }
+    // The scheduled reconciler's share: one sweep past every event (what
+    // its runs read over the scenario's traffic); nothing may be lost.
+    let after =
+        chrono::Duration::from_std(stack.settings.reconcile_after).map_err(|e| e.to_string())?;
+    let report = stack
+        .reconcile_at(chrono::Utc::now() + after + chrono::Duration::seconds(1))
+        .await
+        .map_err(|e| format!("reconcile: {e}"))?;
+    if report.listed_requeued + report.requeued > 0 || !report.complete {
+        return Err(format!(
+            "{}: the reconciler found lost work: {report:?}",
+            scenario.name
+        ));
+    }
     let (count, attempts) = delivered(&state);
     if !done {
         return Err(format!(

@@ -55,6 +55,9 @@ struct Args {
     /// Only the CPU-per-delivery probe, printed (nothing written).
     #[arg(long)]
     cpu_only: bool,
+    /// Only section 4 (AWS requests and $ per million), printed.
+    #[arg(long)]
+    cost_only: bool,
 }
 
 const FUNCTIONS: [&str; 5] = ["ingest", "dispatch", "deliver", "retry", "reconcile"];
@@ -161,6 +164,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // moto slows down as the table grows (its queries scan), so the full run
     // uses 200 events per scenario; per-delivery figures do not depend on it.
     let events = if args.quick { 20 } else { 200 };
+    if args.cost_only {
+        let (md, _) = cost_section(events).await?;
+        out(&md);
+        return Ok(());
+    }
     if args.cpu_only {
         let c = cpu::run(&args.release_dir.join("cpu-probe"), events * 10).await?;
         out(&serde_json::to_string(&c)?);
@@ -399,6 +407,69 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     raw.insert("cpu_per_delivery".into(), json!(c));
 
     // 4. AWS requests and $ per million.
+    let (cost_md, cost_raw) = cost_section(events).await?;
+    md.push_str(&cost_md);
+    raw.insert("aws_requests".into(), cost_raw);
+
+    // 5. Signing (criterion, run by infra/bench/run before this).
+    let _ = writeln!(
+        md,
+        "\n## 5. Signing\n\nCriterion medians (`cargo bench -p hookline-core --bench signing`): sign = the full header set of one message (Standard Webhooks scheme), verify = parse headers, check the timestamp and compare in constant time. Baseline: the published `standardwebhooks` crate (1.0.1) on the same message, same run.\n\n| operation | body | hookline | standardwebhooks | ratio |\n|---|---|---|---|---|"
+    );
+    let mut sign_raw = serde_json::Map::new();
+    for op in ["sign", "verify"] {
+        for size in ["1KB", "64KB"] {
+            let ours = criterion_ns(&args.criterion_dir, op, "hookline", size);
+            let theirs = criterion_ns(&args.criterion_dir, op, "standardwebhooks", size);
+            let cell = |v: Option<f64>| {
+                v.map_or("not run".to_owned(), |ns| format!("{:.2} µs", ns / 1000.0))
+            };
+            let ratio = match (ours, theirs) {
+                (Some(a), Some(b)) => format!("{:.2}x", a / b),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                md,
+                "| {op} | {size} | {} | {} | {ratio} |",
+                cell(ours),
+                cell(theirs)
+            );
+            sign_raw.insert(
+                format!("{op}/{size}"),
+                json!({"hookline_ns": ours, "standardwebhooks_ns": theirs}),
+            );
+        }
+    }
+    raw.insert("signing_ns".into(), Value::Object(sign_raw));
+    write_outputs(&args, &md, raw)
+}
+
+/// Writes the Markdown report and the raw figures.
+fn write_outputs(
+    args: &Args,
+    md: &str,
+    raw: serde_json::Map<String, Value>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(dir) = args.json.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(
+        &args.json,
+        serde_json::to_string_pretty(&Value::Object(raw))?,
+    )?;
+    std::fs::write(&args.out, md)?;
+    out(&format!(
+        "wrote {} and {}",
+        args.out.display(),
+        args.json.display()
+    ));
+    Ok(())
+}
+
+/// Section 4: AWS requests and $ per million deliveries, per scenario, with
+/// the floor and EventBridge; the markdown and the raw counts.
+async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::error::Error>> {
+    let mut md = String::new();
     out("== AWS requests per delivery");
     let scenarios = [
         calls::Scenario {
@@ -489,59 +560,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         md,
         "\nRequests by operation (count, per delivery):\n\n{detail}"
     );
-    raw.insert("aws_requests".into(), json!(calls_raw));
-
-    // 5. Signing (criterion, run by infra/bench/run before this).
-    let _ = writeln!(
-        md,
-        "\n## 5. Signing\n\nCriterion medians (`cargo bench -p hookline-core --bench signing`): sign = the full header set of one message (Standard Webhooks scheme), verify = parse headers, check the timestamp and compare in constant time. Baseline: the published `standardwebhooks` crate (1.0.1) on the same message, same run.\n\n| operation | body | hookline | standardwebhooks | ratio |\n|---|---|---|---|---|"
-    );
-    let mut sign_raw = serde_json::Map::new();
-    for op in ["sign", "verify"] {
-        for size in ["1KB", "64KB"] {
-            let ours = criterion_ns(&args.criterion_dir, op, "hookline", size);
-            let theirs = criterion_ns(&args.criterion_dir, op, "standardwebhooks", size);
-            let cell = |v: Option<f64>| {
-                v.map_or("not run".to_owned(), |ns| format!("{:.2} µs", ns / 1000.0))
-            };
-            let ratio = match (ours, theirs) {
-                (Some(a), Some(b)) => format!("{:.2}x", a / b),
-                _ => "–".into(),
-            };
-            let _ = writeln!(
-                md,
-                "| {op} | {size} | {} | {} | {ratio} |",
-                cell(ours),
-                cell(theirs)
-            );
-            sign_raw.insert(
-                format!("{op}/{size}"),
-                json!({"hookline_ns": ours, "standardwebhooks_ns": theirs}),
-            );
-        }
-    }
-    raw.insert("signing_ns".into(), Value::Object(sign_raw));
-    write_outputs(&args, &md, raw)
-}
-
-/// Writes the Markdown report and the raw figures.
-fn write_outputs(
-    args: &Args,
-    md: &str,
-    raw: serde_json::Map<String, Value>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    if let Some(dir) = args.json.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(
-        &args.json,
-        serde_json::to_string_pretty(&Value::Object(raw))?,
-    )?;
-    std::fs::write(&args.out, md)?;
-    out(&format!(
-        "wrote {} and {}",
-        args.out.display(),
-        args.json.display()
-    ));
-    Ok(())
+    Ok((md, json!(calls_raw)))
 }

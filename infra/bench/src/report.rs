@@ -200,11 +200,18 @@ pub fn floor_cost(counts: &ScenarioCounts) -> Cost {
 pub fn fmt_ops(ops: &BTreeMap<String, OperationCount>, n: usize) -> String {
     let mut out = String::new();
     for (op, c) in ops {
+        let per = |x: f64| x / n.max(1) as f64;
+        let units = match (c.wru > 0.0, c.rru > 0.0) {
+            (true, true) => format!(", {:.2} WRU + {:.2} RRU", per(c.wru), per(c.rru)),
+            (true, false) => format!(", {:.2} WRU", per(c.wru)),
+            (false, true) => format!(", {:.2} RRU", per(c.rru)),
+            (false, false) => String::new(),
+        };
         let _ = write!(
             out,
-            "{op} {} ({:.2}/delivery); ",
+            "{op} {} ({:.2}/delivery{units}); ",
             c.requests,
-            c.requests as f64 / n.max(1) as f64
+            per(c.requests as f64)
         );
     }
     out.trim_end_matches("; ").to_owned()

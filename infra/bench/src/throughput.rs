@@ -104,6 +104,7 @@ async fn one_batch(url: &str, concurrency: usize, batch: usize) -> Result<BatchR
             now,
         );
         store.insert_event(StoredEvent {
+            targets: vec![],
             event,
             fanout_remaining: vec![],
             fanout_version: 0,

@@ -371,14 +371,17 @@ impl LocalStack {
         &self,
     ) -> Result<hookline_pipeline::reconcile::ReconcileReport, hookline_pipeline::PipelineError>
     {
-        hookline_reconcile::handle(
-            &self.store,
-            &self.queue,
-            &self.settings,
-            Value::Null,
-            chrono::Utc::now(),
-        )
-        .await
+        self.reconcile_at(chrono::Utc::now()).await
+    }
+
+    /// One run of the reconcile function as if the time were `now` (the
+    /// bench runs it past every event's cutoff to count a whole sweep).
+    pub async fn reconcile_at(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<hookline_pipeline::reconcile::ReconcileReport, hookline_pipeline::PipelineError>
+    {
+        hookline_reconcile::handle(&self.store, &self.queue, &self.settings, Value::Null, now).await
     }
 
     /// Runs the event sources, and the reconciler on its interval, until

@@ -13,9 +13,10 @@
 //!     .set_transact_items(Some([vec![put_order], items].concat()))
 //!     .send().await?;                                            // all or nothing
 //! ```
-//! An event fanning out to more endpoints than fit in the transaction keeps
-//! the rest as a fan-out list on the event item; the dispatch function
-//! materialises it after commit, exactly as for events sent through the API.
+//! An event to up to `FANOUT_LIST_MAX` endpoints is one item (its fan-out
+//! listed on it); a larger one adds its first delivery items and keeps the
+//! rest as a fan-out list on the event item, which the dispatch function
+//! materialises after commit, exactly as for events sent through the API.
 
 use std::time::Duration;
 
@@ -49,7 +50,13 @@ pub fn transact_items(
     let mut items = Vec::with_capacity(new.deliveries.len() + 2);
     items.push(put_new(
         table,
-        schema::event_item(&new.event, &new.fanout_remaining, 0, retention)?,
+        schema::event_item(
+            &new.event,
+            &new.targets,
+            &new.fanout_remaining,
+            0,
+            retention,
+        )?,
     )?);
     for d in &new.deliveries {
         items.push(put_new(table, schema::delivery_item(d, retention)?)?);

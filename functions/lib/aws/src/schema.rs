@@ -3,17 +3,29 @@
 //! | item | PK | SK | GSI1 (by endpoint) | GSI2 (by status) |
 //! |---|---|---|---|---|
 //! | endpoint | `APP#{app}` | `EP#{endpoint}` | | |
-//! | event | `EVT#{event}` | `EVT` | | |
+//! | event (with its listed fan-out) | `EVT#{event}` | `EVT` | | |
 //! | delivery | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
 //!
-//! GSI3, the overdue index (KEYS_ONLY, sparse): `DUE#{shard}` /
-//! `{due time}#{id}`, present only on pending deliveries (due at
-//! `next_attempt_at`) and on events with fan-out left (due at creation). The
-//! reconciler reads only the entries due before its cutoff; finished work
-//! leaves the index, so a quiet system has an empty index and the scheduled
-//! reconciler reads nothing but [`DUE_SHARDS`] empty query pages.
+//! An event lists its fan-out (`targets`, up to `FANOUT_LIST_MAX` endpoints):
+//! its deliveries have no item until their first attempt's outcome writes one
+//! (their ids, `DeliveryId::for_fanout`, name the event and the position, so
+//! a read by id falls back to the event). Accepting an event is one item.
+//!
+//! GSI3 (KEYS_ONLY, sparse) holds two key spaces:
+//! - the overdue index `DUE#{shard}` / `{due time}#{id}`, present only on
+//!   pending delivery items (due at `next_attempt_at`) and on events with a
+//!   deferred fan-out left (due at creation); finished work leaves it;
+//! - the event time index `SWEEP#{shard}` / `{event id}` on events with a
+//!   listed fan-out, which the reconciler sweeps once past its mark
+//!   (`RECONCILER` / `SWEEP` item) to find listed deliveries whose first
+//!   message was lost; nothing is written to leave it (the entry expires
+//!   with its event).
+//!
+//! The reconciler reads only entries due before its cutoff (and past its
+//! mark): a quiet system costs [`DUE_SHARDS`] empty query pages per key
+//! space and run.
 //!
 //! Retention: a pending delivery has no `expires_at` (it can never expire
 //! while due); a finished one expires `retention` after it finished. An
@@ -106,6 +118,22 @@ pub fn due_pk_of_shard(shard: u32) -> String {
     format!("DUE#{shard}")
 }
 
+/// The event time index's partition of an event (in the overdue index
+/// GSI3, apart from the due entries): every event with a listed fan-out,
+/// sorted by id (time), until it expires. The reconciler sweeps it past its
+/// mark, so nothing is written to leave it.
+pub fn sweep_pk(event_id: &str) -> String {
+    sweep_pk_of_shard(hash_mod(event_id, DUE_SHARDS))
+}
+
+pub fn sweep_pk_of_shard(shard: u32) -> String {
+    format!("SWEEP#{shard}")
+}
+
+/// The reconciler's sweep mark item.
+pub const SWEEP_MARK_PK: &str = "RECONCILER";
+pub const SWEEP_MARK_SK: &str = "SWEEP";
+
 /// A fixed-width UTC time (sorts as text) for overdue-index sort keys.
 pub fn due_time(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
@@ -147,6 +175,12 @@ struct EventItem<'a> {
     kind: &'static str,
     #[serde(flatten)]
     event: &'a Event,
+    /// A listed fan-out: the endpoint at each position.
+    #[serde(skip_serializing_if = "<[EndpointId]>::is_empty")]
+    targets: &'a [EndpointId],
+    /// Present (true) only with `targets`: the stream filter's hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    listed: Option<bool>,
     fanout_remaining: &'a [EndpointId],
     fanout_version: u32,
     /// Present (true) only while fan-out remains: the stream filter's hook.
@@ -205,6 +239,8 @@ struct IdempotencyItem {
 #[derive(Deserialize, Default)]
 struct FanoutFields {
     #[serde(default)]
+    targets: Vec<EndpointId>,
+    #[serde(default)]
     fanout_remaining: Vec<EndpointId>,
     #[serde(default)]
     fanout_version: u32,
@@ -216,6 +252,8 @@ struct KindOnly {
     kind: String,
     #[serde(default)]
     fanout: Option<bool>,
+    #[serde(default)]
+    listed: Option<bool>,
     #[serde(default, rename = "id")]
     id: Option<String>,
 }
@@ -238,10 +276,28 @@ pub fn endpoint_item(endpoint: &Endpoint) -> Result<Item, PipelineError> {
 
 pub fn event_item(
     event: &Event,
+    targets: &[EndpointId],
     fanout_remaining: &[EndpointId],
     fanout_version: u32,
     retention: std::time::Duration,
 ) -> Result<Item, PipelineError> {
+    let listed = !targets.is_empty();
+    let deferred = !fanout_remaining.is_empty();
+    // The overdue index: the event time index (swept by the reconciler past
+    // its mark) for a listed fan-out, due at creation for a deferred one.
+    let (gsi3pk, gsi3sk) = if listed {
+        (
+            Some(sweep_pk(event.id.as_str())),
+            Some(event.id.to_string()),
+        )
+    } else if deferred {
+        (
+            Some(due_pk(event.id.as_str())),
+            Some(due_sk(event.created_at, event.id.as_str())),
+        )
+    } else {
+        (None, None)
+    };
     to_item(
         "event",
         &EventItem {
@@ -249,12 +305,13 @@ pub fn event_item(
             sk: EVENT_SK,
             kind: KIND_EVENT,
             event,
+            targets,
+            listed: listed.then_some(true),
             fanout_remaining,
             fanout_version,
-            fanout: (!fanout_remaining.is_empty()).then_some(true),
-            gsi3pk: (!fanout_remaining.is_empty()).then(|| due_pk(event.id.as_str())),
-            gsi3sk: (!fanout_remaining.is_empty())
-                .then(|| due_sk(event.created_at, event.id.as_str())),
+            fanout: deferred.then_some(true),
+            gsi3pk,
+            gsi3sk,
             expires_at: epoch_after(event.created_at, retention),
         },
     )
@@ -364,6 +421,7 @@ pub fn event_from_item(item: Item) -> Result<StoredEvent, PipelineError> {
     let event: Event = serde_dynamo::from_item(item).map_err(|e| corrupt("event item", e))?;
     Ok(StoredEvent {
         event,
+        targets: fanout.targets,
         fanout_remaining: fanout.fanout_remaining,
         fanout_version: fanout.fanout_version,
     })
@@ -406,6 +464,9 @@ pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
                 },
             )
         }
+        KIND_EVENT if head.listed == Some(true) => Ok(StreamChange::ListedFanout(Box::new(
+            event_from_item(image)?,
+        ))),
         KIND_EVENT if head.fanout == Some(true) => {
             let id = head.id.ok_or_else(|| corrupt("event image", "no id"))?;
             Ok(StreamChange::EventFanout(EventId::parse(&id)?))
@@ -460,7 +521,7 @@ mod tests {
         let item = endpoint_item(&endpoint).unwrap();
         assert_eq!(endpoint_from_item(item).unwrap(), endpoint);
         let rest = vec![EndpointId::generate()];
-        let item = event_item(&event, &rest, 3, Duration::from_secs(86400)).unwrap();
+        let item = event_item(&event, &[], &rest, 3, Duration::from_secs(86400)).unwrap();
         let stored = event_from_item(item.clone()).unwrap();
         assert_eq!(stored.event, event);
         assert_eq!(stored.fanout_remaining, rest);
@@ -486,7 +547,7 @@ mod tests {
             decode_stream_image(endpoint_item(&endpoint).unwrap()).unwrap(),
             StreamChange::Ignored
         );
-        let item = event_item(&event, &[], 0, Duration::from_secs(1)).unwrap();
+        let item = event_item(&event, &[], &[], 0, Duration::from_secs(1)).unwrap();
         assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
         let mut bad = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
         bad.remove("status");

@@ -15,7 +15,7 @@ use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Overdue, Result,
-    Store, StoredEvent,
+    Store, StoredEvent, Sweep,
 };
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
@@ -175,6 +175,20 @@ impl DynamoStore {
         condition_to_bool(request.send().await, "DeleteItem")
     }
 
+    /// The reconciler's sweep mark per time-index shard ("" before the first).
+    async fn sweep_marks(&self) -> Result<Vec<String>> {
+        #[derive(serde::Deserialize)]
+        struct Marks {
+            marks: Vec<String>,
+        }
+        match self.get(SWEEP_MARK_PK.to_owned(), SWEEP_MARK_SK).await? {
+            Some(item) => serde_dynamo::from_item::<_, Marks>(item)
+                .map(|m| m.marks)
+                .map_err(|e| corrupt("sweep mark item", e)),
+            None => Ok(Vec::new()),
+        }
+    }
+
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
         let _g = self.guard().await;
         let out = self
@@ -187,6 +201,125 @@ impl DynamoStore {
             .await
             .map_err(|e| store_error("GetItem", e))?;
         Ok(out.item.map(Item::from))
+    }
+
+    /// The items at `keys` that exist, in any order: BatchGetItem by 100,
+    /// unprocessed keys (throttling) asked again a few times. `projection`:
+    /// only these attributes.
+    async fn batch_get(
+        &self,
+        keys: Vec<HashMap<String, AttributeValue>>,
+        consistent: bool,
+        projection: Option<&str>,
+    ) -> Result<Vec<Item>> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(100) {
+            let mut pending = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(chunk.to_vec()))
+                    .consistent_read(consistent)
+                    .set_projection_expression(projection.map(str::to_owned))
+                    .build()
+                    .map_err(|e| corrupt("BatchGetItem keys", e))?,
+            );
+            // Unprocessed keys (throttling) are asked again, a few times.
+            for round in 0..4u32 {
+                let Some(request) = pending.take() else { break };
+                if round > 0 {
+                    tokio::time::sleep(Duration::from_millis(20 << round)).await;
+                }
+                let _g = self.guard().await;
+                let page = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| store_error("BatchGetItem", e))?;
+                out.extend(
+                    page.responses
+                        .and_then(|mut r| r.remove(&self.table))
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(Item::from),
+                );
+                pending = page
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys.is_empty());
+            }
+            if pending.is_some() {
+                return Err(PipelineError::store(
+                    "BatchGetItem left keys unprocessed (throttled); retry",
+                    true,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` entries of one event time-index shard after `after`
+    /// (an event id, exclusive) and below `below`, oldest first: event ids.
+    async fn sweep_shard(
+        &self,
+        shard: u32,
+        after: &str,
+        below: &str,
+        limit: usize,
+    ) -> Result<Vec<EventId>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        while out.len() < limit {
+            let _g = self.guard().await;
+            let query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(GSI_OVERDUE)
+                .expression_attribute_values(":pk", s(sweep_pk_of_shard(shard)))
+                .expression_attribute_values(":below", s(below));
+            // Before the first mark, from the start of the shard.
+            let query = if after.is_empty() {
+                query.key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
+            } else {
+                query
+                    .key_condition_expression("GSI3PK = :pk AND GSI3SK BETWEEN :after AND :below")
+                    .expression_attribute_values(":after", s(after))
+            };
+            let page = query
+                .limit(
+                    i32::try_from(limit - out.len() + 1)
+                        .unwrap_or(1000)
+                        .clamp(1, 1000),
+                )
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            for item in page.items.unwrap_or_default() {
+                let id = item
+                    .get("GSI3SK")
+                    .and_then(|v| v.as_s().ok())
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                // BETWEEN includes `after` itself (already checked).
+                if id == after || id >= below || out.len() >= limit {
+                    continue;
+                }
+                match EventId::parse(id) {
+                    Ok(id) => out.push(id),
+                    Err(_) => {
+                        tracing::error!(entry = %id, "unreadable entry in the event time index skipped")
+                    }
+                }
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 
     /// Up to `limit` entries of one overdue-index shard due before `below`,
@@ -475,6 +608,18 @@ impl Store for DynamoStore {
     }
 
     async fn commit_event(&self, new: &NewEvent) -> Result<CommitOutcome> {
+        if new.deliveries.is_empty() && new.idempotency.is_none() {
+            // One item: a conditional put, not a transaction (half the cost).
+            let item = schema::event_item(
+                &new.event,
+                &new.targets,
+                &new.fanout_remaining,
+                0,
+                self.retention,
+            )?;
+            self.put_new(into_sdk(item)).await?;
+            return Ok(CommitOutcome::Committed);
+        }
         let items = outbox::transact_items(&self.table, new, self.retention)?;
         let idem_position = items.len() - 1;
         match self.transact(items).await {
@@ -502,54 +647,15 @@ impl Store for DynamoStore {
     }
 
     async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(100) {
-            let keys: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|id| Self::key(event_pk(id), EVENT_SK))
-                .collect();
-            let mut pending = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| corrupt("BatchGetItem keys", e))?,
-            );
-            // Unprocessed keys (throttling) are asked again, a few times.
-            for round in 0..4u32 {
-                let Some(request) = pending.take() else { break };
-                if round > 0 {
-                    tokio::time::sleep(Duration::from_millis(20 << round)).await;
-                }
-                let _g = self.guard().await;
-                let page = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(|e| store_error("BatchGetItem", e))?;
-                for item in page
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    out.push(schema::event_from_item(Item::from(item))?);
-                }
-                pending = page
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .filter(|k| !k.keys.is_empty());
-            }
-            if pending.is_some() {
-                return Err(PipelineError::store(
-                    "BatchGetItem left keys unprocessed (throttled); retry",
-                    true,
-                ));
-            }
-        }
-        Ok(out)
+        let keys: Vec<HashMap<String, AttributeValue>> = ids
+            .iter()
+            .map(|id| Self::key(event_pk(id), EVENT_SK))
+            .collect();
+        self.batch_get(keys, true, None)
+            .await?
+            .into_iter()
+            .map(schema::event_from_item)
+            .collect()
     }
 
     async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
@@ -682,13 +788,59 @@ impl Store for DynamoStore {
     }
 
     async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
-        self.get(delivery_pk(id), DELIVERY_SK)
-            .await?
-            .map(schema::delivery_from_item)
-            .transpose()
+        let Some((event_id, position)) = id.fanout_origin() else {
+            return self
+                .get(delivery_pk(id), DELIVERY_SK)
+                .await?
+                .map(schema::delivery_from_item)
+                .transpose();
+        };
+        // The delivery's item and the event that may list it, in one
+        // request: before its first attempt a listed delivery has no item.
+        let items = self
+            .batch_get(
+                vec![
+                    Self::key(delivery_pk(id), DELIVERY_SK),
+                    Self::key(event_pk(&event_id), EVENT_SK),
+                ],
+                true,
+                None,
+            )
+            .await?;
+        let mut event = None;
+        for item in items {
+            let is_delivery = item.get(PK).is_some_and(
+                |pk| matches!(pk, serde_dynamo::AttributeValue::S(pk) if pk.starts_with("DLV#")),
+            );
+            if is_delivery {
+                return schema::delivery_from_item(item).map(Some);
+            }
+            event = Some(schema::event_from_item(item)?);
+        }
+        Ok(event
+            .and_then(|e| e.listed_delivery(position))
+            .filter(|d| &d.id == id))
     }
 
     async fn update_delivery(&self, d: &Delivery, expected_version: u64) -> Result<bool> {
+        if expected_version == 0 {
+            // The first write of a listed delivery creates its item; an item
+            // at version 0 (written before versions, or materialised) is
+            // replaced whole. Either way, only from version 0.
+            let _g = self.guard().await;
+            let result = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(into_sdk(schema::delivery_item(d, self.retention)?)))
+                .condition_expression(
+                    "attribute_not_exists(PK) OR attribute_not_exists(version) OR version = :expected_version",
+                )
+                .expression_attribute_values(":expected_version", AttributeValue::N("0".into()))
+                .send()
+                .await;
+            return condition_to_bool(result, "PutItem");
+        }
         let shard = shard_of(&d.id);
         let mut set = vec![
             "#status = :status",
@@ -793,6 +945,107 @@ impl Store for DynamoStore {
         due.sort_by(|a, b| a.0.cmp(&b.0));
         due.truncate(limit);
         Ok(due.into_iter().map(|(_, entry)| entry).collect())
+    }
+
+    async fn sweep_events(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Sweep> {
+        let marks = self.sweep_marks().await?;
+        // Ids sort by time: every event made before the cutoff is below it.
+        let below = EventId::time_floor(cutoff).to_string();
+        let per_shard = limit.div_ceil(DUE_SHARDS as usize).max(1);
+        let shards = (0..DUE_SHARDS).map(|shard| {
+            let after = marks.get(shard as usize).cloned().unwrap_or_default();
+            let below = below.clone();
+            async move {
+                self.sweep_shard(shard, &after, &below, per_shard)
+                    .await
+                    .map(|ids| (shard, after, ids))
+            }
+        });
+        let found = futures::future::try_join_all(shards).await?;
+        let mut next = marks.clone();
+        next.resize(DUE_SHARDS as usize, String::new());
+        let mut complete = true;
+        let mut ids = Vec::new();
+        for (shard, _after, shard_ids) in found {
+            if shard_ids.len() >= per_shard {
+                complete = false;
+            }
+            if let Some(last) = shard_ids.last() {
+                next[shard as usize] = last.to_string();
+            }
+            ids.extend(shard_ids);
+        }
+        // Eventually consistent: these events were written long ago.
+        let keys = ids
+            .iter()
+            .map(|id| Self::key(event_pk(id), EVENT_SK))
+            .collect();
+        let mut events = Vec::with_capacity(ids.len());
+        for item in self.batch_get(keys, false, None).await? {
+            match schema::event_from_item(item) {
+                Ok(event) => events.push(event),
+                Err(err) => {
+                    tracing::error!(error = %hookline_core::error::Chain(&err), "unreadable event skipped by the sweep")
+                }
+            }
+        }
+        events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
+        let mark = serde_json::to_string(&next).map_err(|e| corrupt("sweep mark", e))?;
+        Ok(Sweep {
+            events,
+            mark,
+            complete,
+        })
+    }
+
+    async fn commit_sweep(&self, mark: &str) -> Result<()> {
+        let marks: Vec<String> =
+            serde_json::from_str(mark).map_err(|e| corrupt("sweep mark", e))?;
+        let _g = self.guard().await;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(PK, s(SWEEP_MARK_PK))
+            .item(SK, s(SWEEP_MARK_SK))
+            .item("kind", s("sweep_mark"))
+            .item("marks", av(&marks)?)
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn delivery_items_among(&self, ids: &[DeliveryId]) -> Result<Vec<DeliveryId>> {
+        let keys = ids
+            .iter()
+            .map(|id| Self::key(delivery_pk(id), DELIVERY_SK))
+            .collect();
+        let items = self.batch_get(keys, false, Some("PK")).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| match item.get(PK) {
+                Some(serde_dynamo::AttributeValue::S(pk)) => pk
+                    .strip_prefix("DLV#")
+                    .and_then(|id| DeliveryId::parse(id).ok()),
+                _ => None,
+            })
+            .collect())
+    }
+
+    async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {
+        let _g = self.guard().await;
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(into_sdk(schema::delivery_item(
+                delivery,
+                self.retention,
+            )?)))
+            .condition_expression("attribute_not_exists(PK)")
+            .send()
+            .await;
+        condition_to_bool(result, "PutItem")
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {

@@ -174,7 +174,49 @@ typed_id!(
     MessageId, "msg", "message"
 );
 
+/// Low bits of an event id made by [`EventId::new_fanout_base`] (zero), which
+/// the ids of its deliveries ([`DeliveryId::for_fanout`]) use for their
+/// position in the event's fan-out list.
+const FANOUT_MASK: u128 = 0xffff;
+/// Fan-out positions a base event id leaves room for.
+pub const FANOUT_POSITIONS: usize = 0xffff;
+
+impl EventId {
+    /// A new event id whose low 16 bits are zero (58 random bits remain,
+    /// per millisecond): the ids of its deliveries carry it, so a delivery
+    /// that exists only in its event's fan-out list can be found by id.
+    pub fn new_fanout_base(now: DateTime<Utc>, rng: &mut dyn RngCore) -> Self {
+        Self::from_u128(uuid_v7(now, rng) & !FANOUT_MASK)
+    }
+
+    fn is_fanout_base(&self) -> bool {
+        self.as_uuid().as_u128() & FANOUT_MASK == 0
+    }
+}
+
 impl DeliveryId {
+    /// The delivery at `position` of the fan-out list of `event` (an id made
+    /// by [`EventId::new_fanout_base`]): the event's bits with the position
+    /// (plus one) in the low 16 bits. Deterministic, time-ordered with the
+    /// event, and [`DeliveryId::fanout_origin`] gives the event back. `None`
+    /// for another kind of event id or a position beyond [`FANOUT_POSITIONS`].
+    pub fn for_fanout(event: &EventId, position: usize) -> Option<Self> {
+        if !event.is_fanout_base() || position >= FANOUT_POSITIONS {
+            return None;
+        }
+        let low = u128::try_from(position + 1).ok()?;
+        Some(Self::from_u128(event.as_uuid().as_u128() | low))
+    }
+
+    /// The event and fan-out position this id would have been made from by
+    /// [`DeliveryId::for_fanout`]. Any id reads as some candidate: the
+    /// caller checks that the event exists and lists this delivery.
+    pub fn fanout_origin(&self) -> Option<(EventId, usize)> {
+        let value = self.as_uuid().as_u128();
+        let low = usize::try_from(value & FANOUT_MASK).ok()?;
+        (low > 0).then(|| (EventId::from_u128(value & !FANOUT_MASK), low - 1))
+    }
+
     /// The delivery of `event` to `endpoint`: deterministic, so materialising
     /// a fan-out twice (a retried stream batch, a crash) yields the same ids and
     /// conditional writes make it idempotent. Time bits are the event's.
@@ -265,6 +307,30 @@ mod tests {
         assert_eq!(id.as_uuid().get_version_num(), 7);
         let json = serde_json::to_string(&id).unwrap();
         assert_eq!(serde_json::from_str::<EventId>(&json).unwrap(), id);
+    }
+
+    #[test]
+    fn fanout_ids_name_their_event_and_position() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let event = EventId::new_fanout_base(at(1_700_000_000_123), &mut rng);
+        assert_eq!(event.created_at(), at(1_700_000_000_123));
+        assert_eq!(event.as_uuid().get_version_num(), 7);
+        let ids: Vec<DeliveryId> = (0..3)
+            .map(|p| DeliveryId::for_fanout(&event, p).unwrap())
+            .collect();
+        for (position, id) in ids.iter().enumerate() {
+            assert_eq!(id.fanout_origin(), Some((event.clone(), position)));
+            assert_eq!(id.created_at(), event.created_at());
+            assert!(DeliveryId::parse(id.as_str()).is_ok());
+        }
+        assert!(ids[0] < ids[1] && ids[1] < ids[2]);
+        assert!(DeliveryId::for_fanout(&event, FANOUT_POSITIONS).is_none());
+        // An ordinary event id has random low bits: no fan-out ids.
+        let plain = EventId::new(at(1), &mut StdRng::seed_from_u64(3));
+        assert!(DeliveryId::for_fanout(&plain, 0).is_none());
+        // Later events sort after every delivery of earlier ones.
+        let later = EventId::new_fanout_base(at(1_700_000_000_124), &mut rng);
+        assert!(DeliveryId::for_fanout(&later, 0).unwrap() > ids[2]);
     }
 
     proptest! {

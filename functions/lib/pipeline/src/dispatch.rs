@@ -1,4 +1,6 @@
-//! Stream -> queue: every pending delivery written to the table (insert, retry
+//! Stream -> queue: every new event with a listed fan-out becomes one SQS
+//! message per delivery (its first attempt, body from the stream image: no
+//! table read or write); every pending delivery written to the table (retry
 //! scheduled, manual retry) becomes one SQS message delayed until it is due;
 //! every event with fan-out left gets its next deliveries materialised.
 //!
@@ -8,12 +10,12 @@
 
 use chrono::{DateTime, Utc};
 use hookline_core::ids::{DeliveryId, EventId};
-use hookline_core::model::{Delivery, DeliveryStatus};
+use hookline_core::model::{Delivery, DeliveryStatus, Event};
 
 use std::collections::HashMap;
 
 use crate::messages::{delay_seconds, DeliveryMessage, INLINE_BODY_MAX};
-use crate::ports::{Queue, Store, FANOUT_CHUNK};
+use crate::ports::{Queue, Store, StoredEvent, FANOUT_CHUNK};
 use crate::PipelineError;
 
 /// What a stream record's new image asks of dispatch.
@@ -23,6 +25,8 @@ pub enum StreamChange {
     PendingDelivery(Box<Delivery>),
     /// An event whose fan-out list is not empty.
     EventFanout(EventId),
+    /// A new event with a listed fan-out (acted on for inserts only).
+    ListedFanout(Box<StoredEvent>),
     /// Anything else (endpoints, terminal deliveries, removals).
     Ignored,
 }
@@ -49,16 +53,18 @@ pub fn message_for(delivery: &Delivery, now: DateTime<Utc>) -> Option<(DeliveryM
 
 /// Queues the next attempt of each pending delivery (SendMessageBatch by 10).
 /// Each message carries its event's body when it is small enough
-/// ([`INLINE_BODY_MAX`]): one batched, consistent read of the run's events
-/// here, instead of one read per attempt in deliver (a fan-out to N
-/// endpoints reads its event once). If that read fails, the messages go
-/// without bodies and deliver reads the events, as it always could: a
-/// throttled read never holds delivery up. Returns the ids whose message was
-/// not accepted (to report as failures).
+/// ([`INLINE_BODY_MAX`]): from `known` events (a stream image's), else one
+/// batched, consistent read of the run's other events here, instead of one
+/// read per attempt in deliver (a fan-out to N endpoints reads its event
+/// once). If that read fails, the messages go without bodies and deliver
+/// reads the events, as it always could: a throttled read never holds
+/// delivery up. Returns the ids whose message was not accepted (to report as
+/// failures).
 pub async fn queue_pending<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     deliveries: &[&Delivery],
+    known: &[&Event],
     now: DateTime<Utc>,
 ) -> Result<Vec<DeliveryId>, PipelineError> {
     let mut messages: Vec<(DeliveryMessage, i32)> = Vec::new();
@@ -72,23 +78,36 @@ pub async fn queue_pending<S: Store, Q: Queue>(
     if messages.is_empty() {
         return Ok(Vec::new());
     }
-    let mut wanted = events.clone();
+    let mut bodies: HashMap<EventId, &str> = known
+        .iter()
+        .map(|e| (e.id.clone(), e.body.as_str()))
+        .collect();
+    let mut wanted: Vec<EventId> = events
+        .iter()
+        .filter(|id| !bodies.contains_key(*id))
+        .cloned()
+        .collect();
     wanted.sort();
     wanted.dedup();
-    match store.get_events(&wanted).await {
-        Ok(found) => {
-            let bodies: HashMap<&EventId, &str> = found
-                .iter()
-                .filter(|e| e.event.body.len() <= INLINE_BODY_MAX)
-                .map(|e| (&e.event.id, e.event.body.as_str()))
-                .collect();
-            for ((message, _), event) in messages.iter_mut().zip(&events) {
-                message.body = bodies.get(event).map(|b| (*b).to_owned());
+    let found = if wanted.is_empty() {
+        Vec::new()
+    } else {
+        match store.get_events(&wanted).await {
+            Ok(found) => found,
+            Err(err) => {
+                tracing::warn!(error = %hookline_core::error::Chain(&err), events = wanted.len(), "reading event bodies failed; messages sent without them");
+                Vec::new()
             }
         }
-        Err(err) => {
-            tracing::warn!(error = %hookline_core::error::Chain(&err), events = wanted.len(), "reading event bodies failed; messages sent without them");
-        }
+    };
+    for stored in &found {
+        bodies.insert(stored.event.id.clone(), stored.event.body.as_str());
+    }
+    for ((message, _), event) in messages.iter_mut().zip(&events) {
+        message.body = bodies
+            .get(event)
+            .filter(|b| b.len() <= INLINE_BODY_MAX)
+            .map(|b| (*b).to_owned());
     }
     let failed = queue.send_deliveries(&messages).await?;
     for (message, delay) in &messages {
@@ -174,6 +193,7 @@ mod tests {
         for event in [&small, &big] {
             store.insert_event(StoredEvent {
                 event: event.clone(),
+                targets: vec![],
                 fanout_remaining: vec![],
                 fanout_version: 0,
             });
@@ -192,7 +212,7 @@ mod tests {
             .collect();
         let queue = MemoryQueue::default();
         let refs: Vec<&Delivery> = deliveries.iter().collect();
-        assert!(queue_pending(&store, &queue, &refs, now)
+        assert!(queue_pending(&store, &queue, &refs, &[], now)
             .await
             .unwrap()
             .is_empty());

@@ -45,6 +45,8 @@ struct StoreState {
     /// The next this-many delivery reads fail (a throttled or broken store).
     failing_delivery_reads: u32,
     deliveries: HashMap<DeliveryId, Delivery>,
+    /// The reconciler's sweep mark: the last event id it checked.
+    sweep_mark: Option<EventId>,
     idempotency: HashMap<(AppId, String), IdempotencyRecord>,
     api_keys: HashMap<ApiKeyId, ApiKey>,
 }
@@ -64,7 +66,25 @@ impl MemoryStore {
         lock(&self.state).events.insert(e.event.id.clone(), e);
     }
 
+    /// Every delivery as the store answers for it: the written ones, and
+    /// the never-attempted ones of listed fan-outs (from their events).
     pub fn deliveries(&self) -> Vec<Delivery> {
+        let s = lock(&self.state);
+        let mut all: Vec<Delivery> = s.deliveries.values().cloned().collect();
+        for event in s.events.values() {
+            all.extend(
+                event
+                    .listed_deliveries()
+                    .into_iter()
+                    .filter(|d| !s.deliveries.contains_key(&d.id)),
+            );
+        }
+        all
+    }
+
+    /// The deliveries that have an item (written by an attempt, a
+    /// materialised fan-out or the reconciler).
+    pub fn delivery_items(&self) -> Vec<Delivery> {
         lock(&self.state).deliveries.values().cloned().collect()
     }
 
@@ -178,6 +198,7 @@ impl Store for MemoryStore {
             new.event.id.clone(),
             StoredEvent {
                 event: new.event.clone(),
+                targets: new.targets.clone(),
                 fanout_remaining: new.fanout_remaining.clone(),
                 fanout_version: 0,
             },
@@ -260,13 +281,25 @@ impl Store for MemoryStore {
             s.failing_delivery_reads -= 1;
             return Err(crate::PipelineError::store("injected read failure", true));
         }
-        Ok(s.deliveries.get(id).cloned())
+        if let Some(d) = s.deliveries.get(id) {
+            return Ok(Some(d.clone()));
+        }
+        Ok(id.fanout_origin().and_then(|(event, position)| {
+            s.events
+                .get(&event)
+                .and_then(|e| e.listed_delivery(position))
+                .filter(|d| &d.id == id)
+        }))
     }
     async fn update_delivery(&self, delivery: &Delivery, expected_version: u64) -> Result<bool> {
         let mut s = lock(&self.state);
         match s.deliveries.get_mut(&delivery.id) {
             Some(d) if d.version == expected_version => {
                 *d = delivery.clone();
+                Ok(true)
+            }
+            None if expected_version == 0 => {
+                s.deliveries.insert(delivery.id.clone(), delivery.clone());
                 Ok(true)
             }
             _ => Ok(false),
@@ -302,6 +335,51 @@ impl Store for MemoryStore {
             .collect();
         due.sort_by_key(|(at, _)| *at);
         Ok(due.into_iter().take(limit).map(|(_, o)| o).collect())
+    }
+    async fn sweep_events(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Sweep> {
+        let s = lock(&self.state);
+        let mut events: Vec<StoredEvent> = s
+            .events
+            .values()
+            .filter(|e| !e.targets.is_empty() && e.event.created_at < cutoff)
+            .filter(|e| s.sweep_mark.as_ref().is_none_or(|m| e.event.id > *m))
+            .cloned()
+            .collect();
+        events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
+        let complete = events.len() <= limit;
+        events.truncate(limit);
+        let mark = events
+            .last()
+            .map(|e| e.event.id.to_string())
+            .or_else(|| s.sweep_mark.as_ref().map(ToString::to_string))
+            .unwrap_or_default();
+        Ok(Sweep {
+            events,
+            mark,
+            complete,
+        })
+    }
+    async fn commit_sweep(&self, mark: &str) -> Result<()> {
+        if !mark.is_empty() {
+            lock(&self.state).sweep_mark = Some(EventId::parse(mark)?);
+        }
+        Ok(())
+    }
+    async fn delivery_items_among(&self, ids: &[DeliveryId]) -> Result<Vec<DeliveryId>> {
+        let s = lock(&self.state);
+        Ok(ids
+            .iter()
+            .filter(|id| s.deliveries.contains_key(*id))
+            .cloned()
+            .collect())
+    }
+    async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {
+        let mut s = lock(&self.state);
+        if s.deliveries.contains_key(&delivery.id) {
+            return Ok(false);
+        }
+        s.deliveries.insert(delivery.id.clone(), delivery.clone());
+        Ok(true)
     }
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
         lock(&self.state)

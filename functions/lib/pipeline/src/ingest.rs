@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::ports::{CommitOutcome, IdempotencyRecord, NewEvent, Store, INLINE_DELIVERIES};
+use crate::ports::{
+    CommitOutcome, IdempotencyRecord, NewEvent, Store, FANOUT_LIST_MAX, INLINE_DELIVERIES,
+};
 use crate::{PipelineError, Settings};
 
 /// The request body of `POST /v1/apps/{app_id}/events`.
@@ -338,7 +340,8 @@ const BATCH_COMMIT_CONCURRENCY: usize = 8;
 /// Commits tried before a contended ingest gives up (retryable, 503).
 const COMMIT_ROUNDS: u32 = 4;
 
-/// The event, its deliveries (inline up to [`INLINE_DELIVERIES`], the rest as
+/// The event with its fan-out listed (up to [`FANOUT_LIST_MAX`] endpoints), or
+/// with its deliveries (inline up to [`INLINE_DELIVERIES`], the rest as
 /// a fan-out list) and the 202 body, for the `endpoints` that receive it. Pure:
 /// also what a producer's own transaction uses (`hookline-aws`'s outbox).
 pub fn plan_event(
@@ -354,7 +357,34 @@ pub fn plan_event(
         .filter(|e| e.receives(&event_type))
         .map(|e| e.id.clone())
         .collect();
-    let event = Event::new(EventId::new(now, rng), app_id, event_type, payload, now);
+    let event = Event::new(
+        EventId::new_fanout_base(now, rng),
+        app_id,
+        event_type,
+        payload,
+        now,
+    );
+    if targets.len() <= FANOUT_LIST_MAX {
+        // The usual case: the fan-out is a list on the event, nothing more.
+        let delivery_ids: Vec<DeliveryId> = (0..targets.len())
+            .map(|position| {
+                DeliveryId::for_fanout(&event.id, position)
+                    .expect("a fan-out base id has room for FANOUT_LIST_MAX positions")
+            })
+            .collect();
+        let response = IngestResponse {
+            event_id: event.id.clone(),
+            delivery_ids,
+        };
+        let new = NewEvent {
+            event,
+            targets,
+            deliveries: Vec::new(),
+            fanout_remaining: Vec::new(),
+            idempotency: None,
+        };
+        return (new, response);
+    }
     let delivery_ids: Vec<DeliveryId> = targets
         .iter()
         .map(|ep| DeliveryId::for_event_endpoint(&event.id, ep))
@@ -371,6 +401,7 @@ pub fn plan_event(
     };
     let new = NewEvent {
         event,
+        targets: Vec::new(),
         deliveries,
         fanout_remaining: targets[inline..].to_vec(),
         idempotency: None,

@@ -29,15 +29,29 @@ pub struct IdempotencyRecord {
 }
 
 /// Everything ingest commits in one transaction.
+///
+/// A fan-out of up to [`FANOUT_LIST_MAX`] endpoints is only a list on the
+/// event (`targets`): each delivery's id is [`DeliveryId::for_fanout`] of
+/// its position, and its item is first written by its first attempt's
+/// outcome (or by the reconciler, when that attempt is overdue). Until then
+/// the store answers for it from the event (pending, never attempted).
+/// Larger fan-outs are materialised as delivery items (`deliveries`, then
+/// `fanout_remaining` chunk by chunk).
 #[derive(Debug, Clone)]
 pub struct NewEvent {
     pub event: Event,
+    /// The endpoints of a listed fan-out, in position order.
+    pub targets: Vec<EndpointId>,
     /// Deliveries written in the same transaction (at most [`INLINE_DELIVERIES`]).
     pub deliveries: Vec<Delivery>,
     /// Endpoints whose deliveries dispatch materialises later (large fan-outs).
     pub fanout_remaining: Vec<EndpointId>,
     pub idempotency: Option<IdempotencyRecord>,
 }
+
+/// The largest fan-out kept as a list on the event (its item stays under
+/// 4 KB of endpoint ids); larger ones get delivery items at once.
+pub const FANOUT_LIST_MAX: usize = 100;
 
 /// Deliveries written in the ingest transaction itself: 100 items at most per
 /// transaction, minus the event and the idempotency record.
@@ -61,9 +75,45 @@ pub enum CommitOutcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
     pub event: Event,
+    /// A listed fan-out (see [`NewEvent`]): the endpoint at each position.
+    pub targets: Vec<EndpointId>,
     pub fanout_remaining: Vec<EndpointId>,
     /// Bumped by each materialised chunk (optimistic concurrency).
     pub fanout_version: u32,
+}
+
+impl StoredEvent {
+    /// The never-attempted delivery at `position` of the event's listed
+    /// fan-out, as it stands before its first attempt.
+    pub fn listed_delivery(&self, position: usize) -> Option<Delivery> {
+        let endpoint = self.targets.get(position)?;
+        let id = DeliveryId::for_fanout(&self.event.id, position)?;
+        Some(Delivery::new(
+            id,
+            &self.event,
+            endpoint.clone(),
+            self.event.created_at,
+        ))
+    }
+
+    /// Every delivery of the listed fan-out as it stands before its first
+    /// attempt.
+    pub fn listed_deliveries(&self) -> Vec<Delivery> {
+        (0..self.targets.len())
+            .filter_map(|p| self.listed_delivery(p))
+            .collect()
+    }
+}
+
+/// Events the reconciler has not checked yet, from its sweep of the event
+/// time index; `mark` (opaque) is where the next sweep starts once these are
+/// checked ([`Store::commit_sweep`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sweep {
+    pub events: Vec<StoredEvent>,
+    pub mark: String,
+    /// False when the sweep stopped at its limit (more are waiting).
+    pub complete: bool,
 }
 
 /// An entry of the overdue index.
@@ -188,11 +238,14 @@ pub trait Store: Send + Sync {
         id: &EndpointId,
     ) -> impl Future<Output = Result<bool>> + Send;
 
+    /// A delivery by id: its item, or, for a delivery of a listed fan-out
+    /// never attempted yet, as its event lists it (pending, version 0).
     fn get_delivery(
         &self,
         id: &DeliveryId,
     ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
     /// Writes the delivery's new state if it is still at `expected_version`
+    /// (version 0: also if it has no item yet, a listed delivery's first write)
     /// (versions never repeat, see [`Delivery::version`]). `Ok(false)` when it
     /// is not (another writer won; nothing written). A pending delivery never
     /// expires (no TTL while pending) and is listed in the overdue index; a
@@ -221,6 +274,26 @@ pub trait Store: Send + Sync {
         cutoff: DateTime<Utc>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Overdue>>> + Send;
+
+    /// Events with a listed fan-out created before `cutoff` and not yet
+    /// checked by the reconciler (past the committed sweep mark), at most
+    /// `limit`, read from the event time index (never the table).
+    fn sweep_events(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Sweep>> + Send;
+    /// Records that every event up to `mark` is checked.
+    fn commit_sweep(&self, mark: &str) -> impl Future<Output = Result<()>> + Send;
+    /// The ids among `ids` that have a delivery item (eventually consistent
+    /// reads, batched).
+    fn delivery_items_among(
+        &self,
+        ids: &[DeliveryId],
+    ) -> impl Future<Output = Result<Vec<DeliveryId>>> + Send;
+    /// Writes a delivery item if the delivery has none yet. `Ok(false)`: it
+    /// has one (its attempt wrote it meanwhile); nothing written.
+    fn create_delivery(&self, delivery: &Delivery) -> impl Future<Output = Result<bool>> + Send;
 
     /// Stores a new app-scoped API key record (only its hash).
     fn put_api_key(&self, key: &ApiKey) -> impl Future<Output = Result<()>> + Send;

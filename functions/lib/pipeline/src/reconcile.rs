@@ -15,17 +15,29 @@
 //! reconciler's never both send. A crash between the write and the send
 //! leaves the delivery overdue again one period later: it is picked up then.
 //! Per overdue event: its fan-out is materialised (idempotent).
+//!
+//! Listed fan-outs (deliveries that exist only as a list on their event until
+//! their first attempt writes them): the reconciler sweeps the event time
+//! index from its mark to the cutoff, once per event. A listed delivery with
+//! no item by then lost its first message: it is written pending at version
+//! 1 (conditional on no item, so a racing first attempt wins) and queued; the
+//! lost or late version-0 message is then stale. Once every swept event is
+//! checked, the mark moves past them: each event is read once, nothing is
+//! written for the ones that are fine.
 
 use chrono::{DateTime, Utc};
 use hookline_core::model::{Delivery, DeliveryStatus};
 use serde::{Deserialize, Serialize};
 
 use crate::dispatch::{materialise_fanout, message_for};
-use crate::ports::{Overdue, Queue, Store};
+use crate::messages::INLINE_BODY_MAX;
+use crate::ports::{Overdue, Queue, Store, StoredEvent};
 use crate::{PipelineError, Settings};
 
 /// Overdue entries one run handles at most; the next run continues.
 pub const MAX_PER_RUN: usize = 2_000;
+/// Events of the time index one run checks at most; the next run continues.
+pub const SWEEP_PER_RUN: usize = 20_000;
 
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +48,13 @@ pub struct ReconcileReport {
     pub requeued: u32,
     /// Events whose remaining fan-out was materialised.
     pub fanouts: u32,
+    /// Events with a listed fan-out checked by the sweep.
+    #[serde(default)]
+    pub swept: u32,
+    /// Listed deliveries never attempted (first message lost): written and
+    /// queued.
+    #[serde(default)]
+    pub listed_requeued: u32,
     /// Entries that were no longer overdue when read (picked up meanwhile).
     pub skipped: u32,
     /// Entries that failed (logged; the run fails after trying all others).
@@ -94,7 +113,15 @@ pub async fn reconcile<S: Store, Q: Queue>(
             first_error.get_or_insert(err);
         }
     }
-    if report.requeued > 0 || report.fanouts > 0 {
+    match sweep_listed(store, queue, cutoff, now, &mut report).await {
+        Ok(()) => {}
+        Err(err) => {
+            tracing::error!(error = %hookline_core::error::Chain(&err), "sweeping listed fan-outs failed");
+            report.errors += 1;
+            first_error.get_or_insert(err);
+        }
+    }
+    if report.requeued > 0 || report.fanouts > 0 || report.listed_requeued > 0 {
         tracing::warn!(?report, "reconciler found lost work");
     } else {
         tracing::info!(?report, "reconciler run");
@@ -103,6 +130,67 @@ pub async fn reconcile<S: Store, Q: Queue>(
         Some(err) => Err(err),
         None => Ok(report),
     }
+}
+
+/// Checks the listed fan-outs of the events created before `cutoff` since the
+/// last mark; moves the mark only if every one was checked.
+async fn sweep_listed<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+    report: &mut ReconcileReport,
+) -> Result<(), PipelineError> {
+    let sweep = store.sweep_events(cutoff, SWEEP_PER_RUN).await?;
+    report.swept = u32::try_from(sweep.events.len()).unwrap_or(u32::MAX);
+    report.complete &= sweep.complete;
+    let listed: Vec<(&StoredEvent, Delivery)> = sweep
+        .events
+        .iter()
+        .flat_map(|e| e.listed_deliveries().into_iter().map(move |d| (e, d)))
+        .collect();
+    let ids: Vec<_> = listed.iter().map(|(_, d)| d.id.clone()).collect();
+    let written: std::collections::HashSet<_> = store
+        .delivery_items_among(&ids)
+        .await?
+        .into_iter()
+        .collect();
+    for (stored, mut delivery) in listed {
+        if written.contains(&delivery.id) {
+            continue;
+        }
+        let expected = delivery.version;
+        delivery.requeue(now)?;
+        debug_assert_eq!(expected, 0, "a listed delivery starts at version 0");
+        store
+            .extend_event_retention(&delivery.event_id, now)
+            .await?;
+        if !store.create_delivery(&delivery).await? {
+            // Its first attempt wrote it meanwhile.
+            continue;
+        }
+        let Some((mut message, delay)) = message_for(&delivery, now) else {
+            continue;
+        };
+        if stored.event.body.len() <= INLINE_BODY_MAX {
+            message.body = Some(stored.event.body.clone());
+        }
+        if !queue.send_deliveries(&[(message, delay)]).await?.is_empty() {
+            // Written pending: the overdue index has it from now on.
+            return Err(PipelineError::queue(
+                format!("re-queue of {} refused", delivery.id),
+                true,
+            ));
+        }
+        report.listed_requeued += 1;
+        tracing::warn!(
+            delivery_id = %delivery.id,
+            event_id = %delivery.event_id,
+            endpoint_id = %delivery.endpoint_id,
+            "lost first message: listed delivery written and re-queued"
+        );
+    }
+    store.commit_sweep(&sweep.mark).await
 }
 
 #[tracing::instrument(skip_all, fields(delivery_id = %delivery.id))]
@@ -151,8 +239,9 @@ async fn requeue_if_overdue<S: Store, Q: Queue>(
 mod tests {
     use super::*;
     use crate::fakes::{MemoryQueue, MemoryStore};
-    use crate::ports::StoredEvent;
+    use crate::ports::{CommitOutcome, StoredEvent};
     use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+    use hookline_core::model::EndpointRoute;
     use hookline_core::model::{Event, EventType};
     use serde_json::value::RawValue;
 
@@ -274,6 +363,85 @@ mod tests {
         assert_eq!(queue.sent().len(), 1, "the good entry was still re-queued");
     }
 
+    /// A listed fan-out of three: one delivery attempted (it has an item),
+    /// two whose first messages were lost. Once older than the cutoff, the
+    /// sweep writes and queues exactly those two (version 1, so the lost
+    /// version-0 messages are stale), and moves its mark: the next run reads
+    /// nothing again. An event newer than the cutoff waits for a later run.
+    #[tokio::test]
+    async fn sweeps_listed_fanouts_once_and_requeues_only_never_attempted_deliveries() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let routes: Vec<EndpointRoute> = (0..3)
+            .map(|_| EndpointRoute {
+                id: EndpointId::generate(),
+                event_types: vec![],
+                disabled: false,
+            })
+            .collect();
+        let payload = RawValue::from_string(r#"{"n":1}"#.into()).unwrap();
+        let plan = |at| {
+            crate::ingest::plan_event(
+                AppId::parse("acme").unwrap(),
+                EventType::parse("order.paid").unwrap(),
+                &payload,
+                &routes,
+                at,
+                &mut <rand::rngs::StdRng as rand::SeedableRng>::from_entropy(),
+            )
+        };
+        let (old, accepted) = plan(now - chrono::Duration::hours(1));
+        let (recent, _) = plan(now - chrono::Duration::minutes(5));
+        for new in [&old, &recent] {
+            assert_eq!(
+                store.commit_event(new).await.unwrap(),
+                CommitOutcome::Committed
+            );
+        }
+        assert!(
+            store.delivery_items().is_empty(),
+            "a listed fan-out writes no delivery"
+        );
+        // The first delivery was attempted and delivered.
+        let mut done = store
+            .get_delivery(&accepted.delivery_ids[0])
+            .await
+            .unwrap()
+            .expect("a listed delivery is found by id");
+        assert_eq!((done.status, done.version), (DeliveryStatus::Pending, 0));
+        done.status = DeliveryStatus::Delivered;
+        done.version = 1;
+        assert!(store.update_delivery(&done, 0).await.unwrap());
+
+        let report = run_at(&store, &queue, now).await;
+        assert_eq!((report.swept, report.listed_requeued), (1, 2));
+        let sent = queue.sent();
+        let ids: Vec<_> = sent.iter().map(|(m, _)| m.delivery_id.clone()).collect();
+        assert_eq!(ids, accepted.delivery_ids[1..]);
+        for (message, delay) in &sent {
+            assert_eq!((message.version, *delay), (Some(1), 0));
+            assert_eq!(message.body.as_deref(), Some(old.event.body.as_str()));
+            let stored = store
+                .get_delivery(&message.delivery_id)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(stored.requeued && stored.version == 1);
+        }
+        assert_eq!(store.delivery_items().len(), 3);
+
+        // The mark moved: the same events are not read again; the recent
+        // one is swept once it is old enough (its deliveries lost too).
+        let again = run_at(&store, &queue, now + chrono::Duration::minutes(1)).await;
+        assert_eq!((again.swept, again.listed_requeued), (0, 0));
+        let later = run_at(&store, &queue, now + chrono::Duration::minutes(11)).await;
+        assert_eq!((later.swept, later.listed_requeued), (1, 3));
+        crate::fakes::record_figure(
+            "races",
+            "listed fan-out swept by the reconciler (fakes): of 3 deliveries 1 attempted, 2 first messages lost -> 2 written at version 1 and queued, the lost version-0 messages stale; each event read by one sweep only",
+        );
+    }
+
     #[tokio::test]
     async fn materialises_an_overdue_fanout() {
         let now = Utc::now();
@@ -281,6 +449,7 @@ mod tests {
         let e = event(now - chrono::Duration::hours(1));
         let targets = vec![EndpointId::generate(), EndpointId::generate()];
         store.insert_event(StoredEvent {
+            targets: vec![],
             event: e.clone(),
             fanout_remaining: targets,
             fanout_version: 0,
