@@ -31,6 +31,9 @@ struct Faults {
     /// `TransactionConflict` (what DynamoDB answers when another transaction
     /// holds an item; moto never does).
     conflicts: AtomicU64,
+    /// The next this-many puts of an event item fail (an internal error on
+    /// every SDK retry): a request stopped between its key and its event.
+    event_put_failures: AtomicU64,
 }
 
 struct Proxy {
@@ -50,19 +53,41 @@ async fn forward(
     body: Bytes,
 ) -> Response {
     let f = &proxy.faults;
-    let transact = headers
+    let target = headers
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.ends_with(".TransactWriteItems"));
-    if transact
-        && f.conflicts
+        .unwrap_or_default();
+    let transact = target.ends_with(".TransactWriteItems");
+    // A put of an idempotency key's record (keyed events without delivery
+    // items claim the key with a conditional put, not a transaction).
+    let key_put = target.ends_with(".PutItem") && body.windows(5).any(|w| w == b"IDEM#");
+    let event_put = target.ends_with(".PutItem") && body.windows(5).any(|w| w == b"\"EVT#");
+    if event_put
+        && f.event_put_failures
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
     {
         return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "application/x-amz-json-1.0")],
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected: the event put fails"}"#,
+        )
+            .into_response();
+    }
+    if (transact || key_put)
+        && f.conflicts
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        let answer = if transact {
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","Message":"Transaction cancelled, please refer cancellation reasons for specific reasons [None, None, TransactionConflict]","CancellationReasons":[{"Code":"None"},{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}]}"#
+        } else {
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}"#
+        };
+        return (
             StatusCode::BAD_REQUEST,
             [("content-type", "application/x-amz-json-1.0")],
-            r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","Message":"Transaction cancelled, please refer cancellation reasons for specific reasons [None, None, TransactionConflict]","CancellationReasons":[{"Code":"None"},{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}]}"#,
+            answer,
         )
             .into_response();
     }
@@ -288,5 +313,81 @@ async fn a_transaction_conflict_is_retried_never_a_5xx() {
     record_figures(
         "idempotency",
         "TransactionConflict on the wire (real SDK parsing): 2 conflicts then committed (202), replay of the same key (202, same body), endless conflicts -> 503 (retryable), never a 500",
+    );
+}
+
+/// A keyed event's request stops between its two writes (the key's record
+/// claimed, the event's put failing on every SDK retry): no 202, nothing
+/// delivered. The client sends it again: that request writes the very event
+/// the record names and replays its answer; the delivery arrives once. The
+/// key with another payload is still refused (409) and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_whose_request_stopped_before_its_event_is_completed_by_the_retry() {
+    let moto = hookline_tests::moto::start();
+    let (stack, proxy) = proxied_stack(&moto, &[]).await;
+    let receiver = Receiver::healthy().await;
+    register(&stack, "k", &receiver).await;
+    let event = json!({"event_type": "order.paid", "payload": {"n": 7}});
+    let send = |body: serde_json::Value| {
+        let stack = &stack;
+        async move {
+            stack
+                .call(
+                    "POST",
+                    "/v1/apps/k/events",
+                    Some(body),
+                    &[("idempotency-key", "k-stop")],
+                )
+                .await
+        }
+    };
+    proxy.faults.event_put_failures.store(100, Ordering::SeqCst);
+    let (status, _, first) = send(event.clone()).await;
+    proxy.faults.event_put_failures.store(0, Ordering::SeqCst);
+    assert_eq!(status, 503, "{first}");
+    for _ in 0..5 {
+        stack.pump().await;
+    }
+    assert!(receiver.received().is_empty(), "no event, nothing sent");
+
+    let (status, headers, again) = send(event.clone()).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(
+        headers.get("idempotent-replayed").map(String::as_str),
+        Some("true"),
+        "the claimed key's answer"
+    );
+    let id = event_id(&again);
+    let (status, _, stored) = stack
+        .call("GET", &format!("/v1/apps/k/events/{id}"), None, &[])
+        .await;
+    assert_eq!(
+        status, 200,
+        "the event the record names is written: {stored}"
+    );
+    let delivered = stack
+        .pump_until(Duration::from_secs(30), || async {
+            receiver.received().len() == 1
+        })
+        .await;
+    assert!(delivered, "the completed event is delivered");
+    let (status, _, third) = send(event).await;
+    assert_eq!(
+        (status, &third),
+        (202, &again),
+        "replayed again, nothing new"
+    );
+    let other = json!({"event_type": "order.paid", "payload": {"n": 2}});
+    let (status, _, refused) = send(other).await;
+    assert_eq!(status, 409, "{refused}");
+    for _ in 0..5 {
+        stack.pump().await;
+    }
+    assert_eq!(receiver.received().len(), 1, "one event, one POST");
+    let got: serde_json::Value = serde_json::from_slice(&receiver.received()[0].body).unwrap();
+    assert_eq!(got["data"], json!({"n": 7}), "the event as first sent");
+    record_figures(
+        "idempotency",
+        "a keyed request stopped between its key record and its event (event put failing): 503, 0 sent; its retry wrote that event and replayed the answer (202), delivered once; the key with another payload -> 409",
     );
 }

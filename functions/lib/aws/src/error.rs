@@ -84,3 +84,9 @@ pub fn condition_failed(reason: &aws_sdk_dynamodb::types::CancellationReason) ->
 pub fn is_condition_failure<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
     err.as_service_error().and_then(|e| e.code()) == Some("ConditionalCheckFailedException")
 }
+
+/// Whether a single-item write met a transaction in progress on its item
+/// (`TransactionConflictException`): nothing was written; try again.
+pub fn is_transaction_conflict<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    err.as_service_error().and_then(|e| e.code()) == Some("TransactionConflictException")
+}

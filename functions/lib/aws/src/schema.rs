@@ -234,6 +234,22 @@ struct IdempotencyItem {
     response: String,
     created_at: DateTime<Utc>,
     expires_at: i64,
+    /// The event this key accepted, when the record is written before the
+    /// event (not in one transaction): enough to complete that event if its
+    /// request stopped between the two writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    event: Option<KeyedEvent>,
+}
+
+/// What an idempotency record remembers of its event (see
+/// [`idempotency_item_for`]): with the payload of a request that has the
+/// same hash, the event can be rebuilt exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyedEvent {
+    pub id: EventId,
+    pub created_at: DateTime<Utc>,
+    #[serde(default)]
+    pub targets: Vec<EndpointId>,
 }
 
 #[derive(Deserialize, Default)]
@@ -358,6 +374,37 @@ pub fn event_expiry_after(at: DateTime<Utc>, retention: std::time::Duration) -> 
 }
 
 pub fn idempotency_item(record: &IdempotencyRecord) -> Result<Item, PipelineError> {
+    idempotency_item_with(record, None)
+}
+
+/// The idempotency record of `event`, written before the event itself (two
+/// conditional puts instead of one transaction): it names the event.
+pub fn idempotency_item_for(
+    record: &IdempotencyRecord,
+    event: &Event,
+    targets: &[EndpointId],
+) -> Result<Item, PipelineError> {
+    idempotency_item_with(
+        record,
+        Some(KeyedEvent {
+            id: event.id.clone(),
+            created_at: event.created_at,
+            targets: targets.to_vec(),
+        }),
+    )
+}
+
+/// The event a stored idempotency record names, if it names one.
+pub fn keyed_event_of(item: Item) -> Result<Option<KeyedEvent>, PipelineError> {
+    let row: IdempotencyItem =
+        serde_dynamo::from_item(item).map_err(|e| corrupt("idempotency item", e))?;
+    Ok(row.event)
+}
+
+fn idempotency_item_with(
+    record: &IdempotencyRecord,
+    event: Option<KeyedEvent>,
+) -> Result<Item, PipelineError> {
     to_item(
         "idempotency record",
         &IdempotencyItem {
@@ -370,6 +417,7 @@ pub fn idempotency_item(record: &IdempotencyRecord) -> Result<Item, PipelineErro
             response: record.response.clone(),
             created_at: record.created_at,
             expires_at: record.created_at.timestamp() + IDEMPOTENCY_TTL_SECS,
+            event,
         },
     )
 }

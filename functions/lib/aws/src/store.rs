@@ -22,7 +22,7 @@ use serde_dynamo::Item;
 
 use crate::error::{condition_failed, corrupt, store_error};
 use crate::outbox;
-use crate::schema::{self, *};
+use crate::schema::{self, KeyedEvent, *};
 use crate::sealing::SecretSealer;
 
 /// The DynamoDB store. Cheap to clone.
@@ -173,6 +173,120 @@ impl DynamoStore {
             request = request.expression_attribute_values(name, s(v));
         }
         condition_to_bool(request.send().await, "DeleteItem")
+    }
+
+    /// Writes the event item unless it exists (then it is this very event,
+    /// written by a request with the same key and payload: see
+    /// [`Self::commit_keyed`]).
+    async fn put_event_once(&self, new: &NewEvent) -> Result<()> {
+        let item = schema::event_item(
+            &new.event,
+            &new.targets,
+            &new.fanout_remaining,
+            0,
+            self.retention,
+        )?;
+        let _g = self.guard().await;
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(into_sdk(item)))
+            .condition_expression("attribute_not_exists(PK)")
+            .send()
+            .await;
+        condition_to_bool(result, "PutItem").map(|_| ())
+    }
+
+    /// A keyed event with no delivery items: the key's record first (it
+    /// claims the key and names the event), then the event; two conditional
+    /// puts instead of a transaction. The event is accepted (202) only once
+    /// its item is written. If a request stops between the two writes, its
+    /// client (having no 202) sends it again: the key is taken by a record
+    /// with the same request hash whose event is missing, so this request
+    /// writes that very event (same id, time, fan-out; the payload is the
+    /// same bytes, the hash says so) before the answer is replayed. A
+    /// concurrent duplicate does the same; the event's put is conditional,
+    /// so it is written once.
+    async fn commit_keyed(
+        &self,
+        new: &NewEvent,
+        record: &IdempotencyRecord,
+    ) -> Result<CommitOutcome> {
+        let claim = schema::idempotency_item_for(record, &new.event, &new.targets)?;
+        let claimed = {
+            let _g = self.guard().await;
+            let result = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(into_sdk(claim)))
+                // An expired record (TTL deletion lags by up to days) may be
+                // taken over at once.
+                .condition_expression("attribute_not_exists(PK) OR expires_at <= :now")
+                .expression_attribute_values(
+                    ":now",
+                    AttributeValue::N(record.created_at.timestamp().to_string()),
+                )
+                .send()
+                .await;
+            match result {
+                Err(err) if crate::error::is_transaction_conflict(&err) => {
+                    return Ok(CommitOutcome::Contended)
+                }
+                other => condition_to_bool(other, "PutItem")?,
+            }
+        };
+        if claimed {
+            self.put_event_once(new).await?;
+            return Ok(CommitOutcome::Committed);
+        }
+        let Some(item) = self
+            .get(idempotency_pk(&record.app_id, &record.key), IDEMPOTENCY_SK)
+            .await?
+        else {
+            // Gone between the two calls (expired and deleted): try again.
+            return Ok(CommitOutcome::Contended);
+        };
+        let Some(existing) = schema::idempotency_from_item(item.clone(), record.created_at)? else {
+            return Ok(CommitOutcome::Contended);
+        };
+        if existing.request_hash == record.request_hash {
+            if let Some(keyed) = schema::keyed_event_of(item)? {
+                self.complete_keyed_event(new, keyed).await?;
+            }
+        }
+        Ok(CommitOutcome::IdempotencyKeyTaken(existing))
+    }
+
+    /// Writes the event a key's record names if it is missing, from the
+    /// record (id, time, fan-out) and `new`'s payload (same request hash).
+    async fn complete_keyed_event(&self, new: &NewEvent, keyed: KeyedEvent) -> Result<()> {
+        if self.get(event_pk(&keyed.id), EVENT_SK).await?.is_some() {
+            return Ok(());
+        }
+        let payload = hookline_core::model::body_data(&new.event.body)
+            .ok_or_else(|| corrupt("event body", "no data member"))?;
+        let event = hookline_core::model::Event::new(
+            keyed.id,
+            new.event.app_id.clone(),
+            new.event.event_type.clone(),
+            &payload,
+            keyed.created_at,
+        );
+        tracing::warn!(
+            event_id = %event.id,
+            app_id = %event.app_id,
+            "an accepted key's event was missing (its request stopped between the two writes): written now"
+        );
+        let completed = NewEvent {
+            event,
+            targets: keyed.targets,
+            deliveries: Vec::new(),
+            fanout_remaining: Vec::new(),
+            idempotency: None,
+        };
+        self.put_event_once(&completed).await
     }
 
     /// The reconciler's sweep mark per time-index shard ("" before the first).
@@ -608,17 +722,16 @@ impl Store for DynamoStore {
     }
 
     async fn commit_event(&self, new: &NewEvent) -> Result<CommitOutcome> {
-        if new.deliveries.is_empty() && new.idempotency.is_none() {
-            // One item: a conditional put, not a transaction (half the cost).
-            let item = schema::event_item(
-                &new.event,
-                &new.targets,
-                &new.fanout_remaining,
-                0,
-                self.retention,
-            )?;
-            self.put_new(into_sdk(item)).await?;
-            return Ok(CommitOutcome::Committed);
+        if new.deliveries.is_empty() && new.fanout_remaining.is_empty() {
+            // One event item: conditional puts, not a transaction (which
+            // costs every item twice).
+            return match &new.idempotency {
+                None => {
+                    self.put_event_once(new).await?;
+                    Ok(CommitOutcome::Committed)
+                }
+                Some(record) => self.commit_keyed(new, record).await,
+            };
         }
         let items = outbox::transact_items(&self.table, new, self.retention)?;
         let idem_position = items.len() - 1;

@@ -163,10 +163,14 @@ async fn main() -> Result<(), BoxError> {
 
         let written = fetch_log(&harness, &format!("{aws_url}/_stream?from={stream_at}")).await?;
         stream_at += written.len();
-        // The mapping's filter (template.yaml) passes pending deliveries only.
+        // The mapping's filters (template.yaml): pending delivery items and
+        // new events with a listed fan-out (every write here is an insert).
         let images: Vec<Value> = written
             .into_iter()
-            .filter(|image| image["kind"]["S"] == "delivery" && image["status"]["S"] == "pending")
+            .filter(|image| {
+                (image["kind"]["S"] == "delivery" && image["status"]["S"] == "pending")
+                    || (image["kind"]["S"] == "event" && image["listed"]["BOOL"] == true)
+            })
             .collect();
         let stream_json = stream_event_json(&images, stream_at);
         start = thread_cpu();
