@@ -181,8 +181,12 @@ struct EventItem<'a> {
     /// Present (true) only with `targets`: the stream filter's hook.
     #[serde(skip_serializing_if = "Option::is_none")]
     listed: Option<bool>,
-    fanout_remaining: &'a [EndpointId],
-    fanout_version: u32,
+    /// A deferred fan-out (absent, with its version, when there is none:
+    /// smaller items; a missing list reads as empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fanout_remaining: Option<&'a [EndpointId]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fanout_version: Option<u32>,
     /// Present (true) only while fan-out remains: the stream filter's hook.
     #[serde(skip_serializing_if = "Option::is_none")]
     fanout: Option<bool>,
@@ -323,8 +327,8 @@ pub fn event_item(
             event,
             targets,
             listed: listed.then_some(true),
-            fanout_remaining,
-            fanout_version,
+            fanout_remaining: deferred.then_some(fanout_remaining),
+            fanout_version: deferred.then_some(fanout_version),
             fanout: deferred.then_some(true),
             gsi3pk,
             gsi3sk,
