@@ -114,6 +114,13 @@ doc.append(section(
                "queues nothing after it; a message older than a re-queue is stale."),
 ))
 
+health = lines("endpoint-health")
+doc.append(section(
+    "9. Endpoint health and receiver protection",
+    or_missing(health, "\n".join(f"- {l}" for l in health)
+               + "\n\nTested on the local stack with a real loopback receiver (`tests/it/endpoint_health.rs`)."),
+))
+
 with open(out, "w", encoding="utf-8") as f:
     f.write("\n".join(doc))
 print(f"wrote {out}")

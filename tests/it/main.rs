@@ -3,6 +3,7 @@
 
 mod aws_faults;
 mod crash;
+mod endpoint_health;
 mod faults;
 mod guarantees;
 mod local_stack;

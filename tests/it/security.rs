@@ -139,6 +139,7 @@ async fn ssrf_vectors_are_blocked_at_registration_and_at_send() {
         let at_registration = status == 400 && error_code(&body).as_deref() == Some("invalid_url");
         let result = sender
             .send(OutgoingRequest {
+                custom_headers: &std::collections::BTreeMap::new(),
                 url,
                 headers: &headers,
                 body: b"{}",
@@ -213,6 +214,7 @@ async fn redirects_are_not_followed() {
         });
         let result = sender
             .send(OutgoingRequest {
+                custom_headers: &std::collections::BTreeMap::new(),
                 url: &redirector.url,
                 headers: &headers,
                 body: b"{}",

@@ -2,6 +2,8 @@
 //! shapes, each with its OpenAPI schema. Secrets appear only in the answers
 //! to create and rotate (endpoints) and create (API keys).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
@@ -56,8 +58,34 @@ pub struct EndpointOut {
     pub disabled: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
+    /// Sent on every request to the endpoint. Values of credential-like
+    /// names (`authorization`, `cookie`, names with `auth`, `token`, `key`,
+    /// `secret`, `password`, `session`, `credential`, `signature`) read as
+    /// `********`; a PATCH giving `********` keeps the stored value.
+    pub headers: BTreeMap<String, String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// What a credential-like header value reads as in answers.
+pub const MASKED_HEADER_VALUE: &str = "********";
+
+/// Whether a header's value is a credential (never shown in answers).
+pub fn is_sensitive_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "cookie"
+        || [
+            "auth",
+            "token",
+            "key",
+            "secret",
+            "password",
+            "session",
+            "credential",
+            "signature",
+        ]
+        .iter()
+        .any(|word| lower.contains(word))
 }
 
 impl EndpointOut {
@@ -71,6 +99,18 @@ impl EndpointOut {
             previous_secrets: ep.previous_secrets.len(),
             disabled: ep.disabled,
             disabled_reason: ep.disabled_reason.clone(),
+            headers: ep
+                .headers
+                .iter()
+                .map(|(name, value)| {
+                    let shown = if is_sensitive_header(name) {
+                        MASKED_HEADER_VALUE.to_owned()
+                    } else {
+                        value.clone()
+                    };
+                    (name.clone(), shown)
+                })
+                .collect(),
             created_at: ep.created_at,
             updated_at: ep.updated_at,
         }
@@ -94,6 +134,11 @@ pub struct CreateEndpoint {
     /// `whsec_` + base64 of at least 24 bytes; generated when absent.
     #[serde(default)]
     pub secret: Option<String>,
+    /// Sent on every request: at most 20, names not reserved (`host`,
+    /// `content-*`, `user-agent`, `webhook-*`, `x-webhook-*`, `proxy-*`,
+    /// HTTP framing), values visible ASCII up to 2048 bytes.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -108,6 +153,10 @@ pub struct UpdateEndpoint {
     /// Disabled endpoints receive nothing new; pending deliveries fail.
     #[serde(default)]
     pub disabled: Option<bool>,
+    /// Replaces every custom header (`{}` removes them all); a value of
+    /// `********` keeps the stored value of that header.
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -1,5 +1,7 @@
 //! `/v1/apps/{app_id}/endpoints`: receivers, their secrets and bulk recovery.
 
+use std::collections::BTreeMap;
+
 use hookline_core::ids::{AppId, EndpointId};
 use hookline_core::model::{Endpoint, EventType};
 use hookline_core::signing::Secret;
@@ -14,7 +16,7 @@ use crate::error::ApiError;
 use crate::respond::{json, no_content};
 use crate::views::{
     AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath, ErrorBody, RotateSecret,
-    UpdateEndpoint,
+    UpdateEndpoint, MASKED_HEADER_VALUE,
 };
 use crate::Api;
 
@@ -35,6 +37,28 @@ fn validate_event_types(types: &[String]) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    hookline_core::model::check_custom_headers(headers)
+        .map_err(|e| ApiError::bad_request("invalid_headers", e.to_string()))
+}
+
+/// A PATCH's headers: a masked value (as answers show credential-like ones)
+/// keeps the stored value of that header.
+fn merge_masked(
+    stored: &BTreeMap<String, String>,
+    given: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    given
+        .iter()
+        .map(|(name, value)| {
+            let kept = (value == MASKED_HEADER_VALUE)
+                .then(|| stored.get(name))
+                .flatten();
+            (name.clone(), kept.unwrap_or(value).clone())
+        })
+        .collect()
 }
 
 fn validate_description(description: Option<&String>) -> Result<(), ApiError> {
@@ -82,6 +106,7 @@ pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
     check_url(api, &req.url).await?;
     validate_event_types(&req.event_types)?;
     validate_description(req.description.as_ref())?;
+    validate_headers(&req.headers)?;
     let secret = match req.secret {
         Some(s) => Secret::parse(&s).map_err(PipelineError::from)?,
         None => Secret::generate(call.rng),
@@ -89,6 +114,7 @@ pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
     let endpoint = Endpoint {
         description: req.description,
         event_types: req.event_types,
+        headers: req.headers,
         ..Endpoint::new(
             EndpointId::new(call.now, call.rng),
             path.app_id,
@@ -146,7 +172,26 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
         validate_event_types(types)?;
     }
     validate_description(req.description.as_ref())?;
+    if let Some(headers) = &req.headers {
+        // Masked values stand for stored ones: checked once merged below,
+        // and here without them (a name alone is checked the same way).
+        let unmasked: BTreeMap<String, String> = headers
+            .iter()
+            .map(|(k, v)| {
+                let v = if v == MASKED_HEADER_VALUE {
+                    ""
+                } else {
+                    v.as_str()
+                };
+                (k.clone(), v.to_owned())
+            })
+            .collect();
+        validate_headers(&unmasked)?;
+    }
     let endpoint = change_endpoint(api, &path, call.now, |endpoint| {
+        if let Some(headers) = &req.headers {
+            endpoint.headers = merge_masked(&endpoint.headers, headers);
+        }
         if let Some(url) = &req.url {
             endpoint.url.clone_from(url);
         }
@@ -249,4 +294,36 @@ pub async fn recover<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let report =
         recover_endpoint(&api.store, &endpoint.app_id, &endpoint.id, &req, call.now).await?;
     Ok(json(StatusCode::ACCEPTED, &report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::is_sensitive_header;
+
+    #[test]
+    fn credential_like_headers_are_masked_and_a_masked_patch_keeps_them() {
+        for name in [
+            "Authorization",
+            "cookie",
+            "X-Api-Key",
+            "X-Auth-Token",
+            "Client-Secret",
+        ] {
+            assert!(is_sensitive_header(name), "{name}");
+        }
+        for name in ["X-Tenant", "Accept-Language"] {
+            assert!(!is_sensitive_header(name), "{name}");
+        }
+        let stored: BTreeMap<String, String> =
+            [("Authorization".to_owned(), "Bearer t".to_owned())].into();
+        let given: BTreeMap<String, String> = [
+            ("Authorization".to_owned(), MASKED_HEADER_VALUE.to_owned()),
+            ("X-New".to_owned(), "1".to_owned()),
+        ]
+        .into();
+        let merged = merge_masked(&stored, &given);
+        assert_eq!(merged["Authorization"], "Bearer t");
+        assert_eq!(merged["X-New"], "1");
+    }
 }

@@ -1209,7 +1209,8 @@ impl Store for DynamoStore {
     }
 }
 
-/// Every stored secret of an endpoint item (current and previous).
+/// Every stored secret of an endpoint item (current and previous secrets,
+/// custom header values).
 fn stored_secrets(item: &HashMap<String, AttributeValue>) -> Vec<&str> {
     let mut out: Vec<&str> = item
         .get("secret")
@@ -1226,11 +1227,19 @@ fn stored_secrets(item: &HashMap<String, AttributeValue>) -> Vec<&str> {
                 .map(String::as_str)
         }));
     }
+    if let Some(AttributeValue::M(headers)) = item.get("headers") {
+        out.extend(
+            headers
+                .values()
+                .filter_map(|v| v.as_s().ok().map(String::as_str)),
+        );
+    }
     out
 }
 
-/// Rewrites every secret of an endpoint item (`secret`, and `secret` of each
-/// `previous_secrets` entry) through `f` (seal or open).
+/// Rewrites every secret of an endpoint item (`secret`, `secret` of each
+/// `previous_secrets` entry, each custom header value) through `f` (seal or
+/// open).
 async fn map_secrets<F, Fut>(item: &mut HashMap<String, AttributeValue>, f: F) -> Result<()>
 where
     F: Fn(String) -> Fut,
@@ -1245,6 +1254,13 @@ where
                 if let Some(AttributeValue::S(secret)) = fields.get_mut("secret") {
                     *secret = f(std::mem::take(secret)).await?;
                 }
+            }
+        }
+    }
+    if let Some(AttributeValue::M(headers)) = item.get_mut("headers") {
+        for value in headers.values_mut() {
+            if let AttributeValue::S(text) = value {
+                *text = f(std::mem::take(text)).await?;
             }
         }
     }

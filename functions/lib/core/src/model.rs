@@ -10,6 +10,7 @@
 //!   failed ---- manual retry (fresh budget) ---> pending
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -163,6 +164,83 @@ pub struct Endpoint {
     /// Items written before it existed read as 0.
     #[serde(default)]
     pub version: u64,
+    /// Sent on every request to the endpoint (checked by
+    /// [`check_custom_headers`]); their values are sealed at rest like the
+    /// secrets (they often carry credentials).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Most custom headers per endpoint.
+pub const MAX_CUSTOM_HEADERS: usize = 20;
+/// Longest custom header value, in bytes.
+pub const MAX_CUSTOM_HEADER_VALUE: usize = 2048;
+
+/// Header names an endpoint cannot set: what hookline sends itself
+/// (signatures, ids, content type, user agent) and what HTTP/1.1 framing or
+/// a proxy owns.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "user-agent",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "date",
+];
+const RESERVED_PREFIXES: &[&str] = &["webhook-", "x-webhook-", "proxy-"];
+
+/// Checks an endpoint's custom headers: at most [`MAX_CUSTOM_HEADERS`], each
+/// name an HTTP token (1-64 characters) that is not reserved (see
+/// [`RESERVED_HEADERS`]; names are case-insensitive, so two names differing
+/// only in case are refused too), each value visible ASCII, spaces and tabs,
+/// at most [`MAX_CUSTOM_HEADER_VALUE`] bytes. The error names the header,
+/// never its value (values may be credentials).
+pub fn check_custom_headers(headers: &BTreeMap<String, String>) -> Result<(), CoreError> {
+    let invalid = |reason: String| CoreError::InvalidInput {
+        field: "headers",
+        reason,
+    };
+    if headers.len() > MAX_CUSTOM_HEADERS {
+        return Err(invalid(format!("at most {MAX_CUSTOM_HEADERS} headers")));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, value) in headers {
+        let is_token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if name.is_empty() || name.len() > 64 || !name.chars().all(is_token) {
+            return Err(invalid(format!(
+                "`{}` is not a header name (1-64 letters, digits or !#$%&'*+-.^_`|~)",
+                name.escape_debug()
+            )));
+        }
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str())
+            || RESERVED_PREFIXES.iter().any(|p| lower.starts_with(p))
+        {
+            return Err(invalid(format!("`{name}` is reserved: hookline sets it")));
+        }
+        if !seen.insert(lower) {
+            return Err(invalid(format!(
+                "`{name}` is given twice (names ignore case)"
+            )));
+        }
+        if value.len() > MAX_CUSTOM_HEADER_VALUE
+            || !value
+                .chars()
+                .all(|c| c == ' ' || c == '\t' || c.is_ascii_graphic())
+        {
+            return Err(invalid(format!(
+                "the value of `{name}` must be at most {MAX_CUSTOM_HEADER_VALUE} bytes of visible ASCII, spaces and tabs"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Endpoint {
@@ -187,6 +265,7 @@ impl Endpoint {
             created_at: now,
             updated_at: now,
             version: 0,
+            headers: BTreeMap::new(),
         }
     }
 
@@ -601,6 +680,55 @@ mod tests {
 
     fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn custom_headers_are_checked_and_errors_never_echo_values() {
+        assert!(check_custom_headers(&headers(&[
+            ("Authorization", "Bearer s3cr3t-token"),
+            ("X-Tenant", "acme\t42"),
+        ]))
+        .is_ok());
+        assert!(check_custom_headers(&BTreeMap::new()).is_ok());
+        for bad in [
+            ("Host", "x"),
+            ("content-type", "text/plain"),
+            ("User-Agent", "x"),
+            ("webhook-id", "x"),
+            ("X-Webhook-Signature", "x"),
+            ("Proxy-Authorization", "x"),
+            ("Transfer-Encoding", "chunked"),
+            ("bad name", "x"),
+            ("", "x"),
+            ("X-Crlf", "a\r\nInjected: yes"),
+            ("X-Unicode", "é"),
+        ] {
+            let err = check_custom_headers(&headers(&[bad]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("headers"), "{err}");
+            if !bad.1.is_empty() && bad.1 != "x" {
+                assert!(!err.contains(bad.1), "a value is never echoed: {err}");
+            }
+        }
+        let long = "v".repeat(MAX_CUSTOM_HEADER_VALUE + 1);
+        assert!(check_custom_headers(&headers(&[("X-Long", &long)])).is_err());
+        let twice = headers(&[("X-A", "1"), ("x-a", "2")]);
+        assert!(check_custom_headers(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+        let many: BTreeMap<String, String> = (0..=MAX_CUSTOM_HEADERS)
+            .map(|i| (format!("X-H{i}"), "v".to_owned()))
+            .collect();
+        assert!(check_custom_headers(&many).is_err());
     }
 
     fn event() -> Event {

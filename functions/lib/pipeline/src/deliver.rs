@@ -192,6 +192,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                         .sender
                         .send(OutgoingRequest {
                             url: &ep.url,
+                            custom_headers: &ep.headers,
                             headers: &headers,
                             body,
                             timeout: self.settings.delivery_timeout,

@@ -510,7 +510,8 @@ impl Queue for MemoryQueue {
     }
 }
 
-/// A request the [`ScriptedSender`] saw: URL, headers, body.
+/// A request the [`ScriptedSender`] saw: URL, headers (the endpoint's own,
+/// then the signed ones), body.
 pub type SentRequest = (String, Vec<(String, String)>, Vec<u8>);
 
 /// A [`Sender`] answering from a script (then the fallback), recording requests.
@@ -546,9 +547,15 @@ impl Sender for ScriptedSender {
         lock(&self.requests).push((
             request.url.to_owned(),
             request
-                .headers
+                .custom_headers
                 .iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .chain(
+                    request
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+                )
                 .collect(),
             request.body.to_vec(),
         ));

@@ -346,6 +346,8 @@ pub trait Queue: Send + Sync {
 pub struct OutgoingRequest<'a> {
     pub url: &'a str,
     pub headers: &'a SignedHeaders,
+    /// The endpoint's own headers (checked: never one hookline sets).
+    pub custom_headers: &'a std::collections::BTreeMap<String, String>,
     pub body: &'a [u8],
     pub timeout: Duration,
 }

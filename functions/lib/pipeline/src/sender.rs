@@ -274,6 +274,11 @@ impl Sender for HttpSender {
             .post(request.url)
             .timeout(request.timeout)
             .body(request.body.to_vec());
+        // The endpoint's headers first; the signed ones after (reserved
+        // names are refused at registration, so none is overridden).
+        for (name, value) in request.custom_headers {
+            builder = builder.header(name, value);
+        }
         for (name, value) in request.headers.iter() {
             builder = builder.header(name, value);
         }
@@ -358,6 +363,7 @@ mod tests {
         let url = format!("https://localhost:{port}/hook");
         let result = sender
             .send(OutgoingRequest {
+                custom_headers: &std::collections::BTreeMap::new(),
                 url: &url,
                 headers: &headers,
                 body: b"{}",
