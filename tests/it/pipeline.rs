@@ -609,17 +609,46 @@ async fn operator_routes_list_retry_rotate_patch_delete() {
         (400, Some("invalid_query"))
     );
 
-    // Retry one failed delivery: 202, then 409 while it is no longer failed.
+    // Retry one failed delivery: 202, then 409 while it is pending.
     bad.set_fallback(Reply::Status(200));
     let target = failed.items[0].id.clone();
+    let attempts_before = stack.delivery(&target).await.total_attempts;
     let (status, body) = stack.retry_delivery("ops", &target).await;
     assert_eq!(status, 202, "{body}");
     let (status, body) = stack.retry_delivery("ops", &target).await;
     assert_eq!(
         (status, error_code(&body).as_deref()),
-        (409, Some("not_failed"))
+        (409, Some("pending"))
     );
     assert!(stack.reaches(&target, DeliveryStatus::Delivered, T).await);
+    // Delivered: the same route resends it, with the same webhook-id; the
+    // attempt log counts on over the delivery's whole life.
+    let posts = bad.received().len();
+    let (status, body) = stack.retry_delivery("ops", &target).await;
+    assert_eq!(status, 202, "{body}");
+    assert!(
+        stack
+            .pump_until(T, || async { bad.received().len() == posts + 1 })
+            .await
+    );
+    assert!(stack.reaches(&target, DeliveryStatus::Delivered, T).await);
+    let got = bad.received();
+    assert_eq!(
+        got[posts].webhook_id,
+        got[posts - 1].webhook_id,
+        "resent: same webhook-id"
+    );
+    let resent = stack.delivery(&target).await;
+    let numbers: Vec<u32> = resent.attempts.iter().map(|a| a.attempt).collect();
+    let expected: Vec<u32> = (1..=resent.total_attempts)
+        .skip(resent.total_attempts as usize - numbers.len())
+        .collect();
+    assert_eq!(numbers, expected, "numbered over the whole life");
+    assert_eq!(resent.total_attempts, attempts_before + 2);
+    hookline_tests::record_figures(
+        "endpoint-health",
+        &format!("resend: a delivered delivery resent through the retry route (202; 409 `pending` while pending): 1 more POST with the same webhook-id; its attempt log numbered {numbers:?} over its whole life (was: restarting at 1 after a retry)"),
+    );
 
     // The event is readable; another app's is not.
     let event_id = stack.delivery(&target).await.event_id.to_string();

@@ -182,7 +182,7 @@ pub struct EventOut {
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct AttemptOut {
-    /// 1-based within the current attempt budget.
+    /// 1-based over the delivery's whole life (a retry or resend continues it).
     pub attempt: u32,
     pub at: DateTime<Utc>,
     /// Null when no response came (timeout, refused, reset).

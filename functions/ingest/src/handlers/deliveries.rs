@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use hookline_core::ids::{DeliveryId, EndpointId};
 use hookline_core::model::{Delivery, DeliveryStatus};
 use hookline_pipeline::ports::{DeliveryQuery, Store};
-use hookline_pipeline::recover::{retry_failed, RetryOutcome};
+use hookline_pipeline::recover::{retry_or_resend, RetryOutcome};
 use hookline_pipeline::PipelineError;
 use lambda_http::http::StatusCode;
 
@@ -120,19 +120,21 @@ pub async fn get_delivery<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answe
     Ok(json(StatusCode::OK, &DeliveryOut::new(&delivery, true)))
 }
 
-/// A failed delivery starts again with a fresh attempt budget.
+/// A failed delivery starts again with a fresh attempt budget; a delivered
+/// one is resent (the same `webhook-id`, so a receiver that deduplicates
+/// sees a duplicate). 409 while it is pending.
 #[utoipa::path(post, path = "/v1/apps/{app_id}/deliveries/{delivery_id}/retry",
     tag = "deliveries", params(DeliveryPath),
     responses((status = 202, body = DeliveryOut),
         (status = 404, body = ErrorBody),
-        (status = 409, body = ErrorBody, description = "not failed (`not_failed`) or changed meanwhile")))]
+        (status = 409, body = ErrorBody, description = "still pending (`pending`) or changed meanwhile")))]
 pub async fn retry_delivery<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let delivery = delivery_of(api, &call.path()?).await?;
-    match retry_failed(&api.store, delivery, call.now).await? {
+    match retry_or_resend(&api.store, delivery, call.now).await? {
         RetryOutcome::Retried(d) => Ok(json(StatusCode::ACCEPTED, &DeliveryOut::new(&d, false))),
         RetryOutcome::NotFailed(status) => Err(ApiError::conflict(
-            "not_failed",
-            format!("delivery is {status}, only failed deliveries can be retried"),
+            "pending",
+            format!("delivery is {status}: it is retried or resent once it is delivered or failed"),
         )),
         RetryOutcome::Changed => Err(ApiError::conflict(
             "conflict",

@@ -347,7 +347,9 @@ impl fmt::Display for DeliveryStatus {
 /// One HTTP attempt and what came of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
-    /// 1-based number within the current attempt budget.
+    /// 1-based number over the delivery's whole life (manual retries and
+    /// resends continue it). Logs written before this counted within the
+    /// attempt budget.
     pub attempt: u32,
     pub at: DateTime<Utc>,
     /// `None` when no response came (timeout, refused, reset).
@@ -597,11 +599,15 @@ impl Delivery {
         Ok(transition)
     }
 
-    fn push_attempt(&mut self, attempt: Attempt) {
+    /// Logs an attempt, numbered over the delivery's whole life (a manual
+    /// retry or a resend continues the count; the budget is
+    /// `attempt_count`).
+    fn push_attempt(&mut self, mut attempt: Attempt) {
         self.version += 1;
         self.requeued = false;
         self.attempt_count += 1;
         self.total_attempts += 1;
+        attempt.attempt = self.total_attempts;
         self.updated_at = attempt.at;
         self.attempts.push(attempt);
         if self.attempts.len() > ATTEMPT_LOG_LIMIT {
@@ -655,6 +661,25 @@ impl Delivery {
                 action: "manual retry",
             });
         }
+        self.restart(now);
+        Ok(())
+    }
+
+    /// A resend: `delivered -> pending`, due now, with a fresh attempt
+    /// budget; the receiver gets the same `webhook-id` again. The attempt log
+    /// is kept (and its numbering continues).
+    pub fn resend(&mut self, now: DateTime<Utc>) -> Result<(), CoreError> {
+        if self.status != DeliveryStatus::Delivered {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "resend",
+            });
+        }
+        self.restart(now);
+        Ok(())
+    }
+
+    fn restart(&mut self, now: DateTime<Utc>) {
         self.status = DeliveryStatus::Pending;
         self.version += 1;
         self.requeued = false;
@@ -662,7 +687,6 @@ impl Delivery {
         self.manual_retries += 1;
         self.next_attempt_at = Some(now);
         self.updated_at = now;
-        Ok(())
     }
 }
 

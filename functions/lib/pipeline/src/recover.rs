@@ -17,7 +17,8 @@ use crate::PipelineError;
 pub enum RetryOutcome {
     /// Back to pending; the stored state.
     Retried(Box<Delivery>),
-    /// Not failed (pending or delivered): nothing to retry.
+    /// Not in a state this restart accepts (pending; or delivered, for a
+    /// retry of failed ones only): nothing done.
     NotFailed(DeliveryStatus),
     /// It changed between read and write (another retry won); nothing written.
     Changed,
@@ -26,11 +27,34 @@ pub enum RetryOutcome {
 /// Moves one failed delivery back to pending (conditional on its read state).
 pub async fn retry_failed<S: Store>(
     store: &S,
+    delivery: Delivery,
+    now: DateTime<Utc>,
+) -> Result<RetryOutcome, PipelineError> {
+    restart(store, delivery, false, now).await
+}
+
+/// The retry route: a failed delivery is retried, a delivered one is resent
+/// (same `webhook-id`); a pending one is left alone ([`RetryOutcome::NotFailed`]).
+pub async fn retry_or_resend<S: Store>(
+    store: &S,
+    delivery: Delivery,
+    now: DateTime<Utc>,
+) -> Result<RetryOutcome, PipelineError> {
+    restart(store, delivery, true, now).await
+}
+
+async fn restart<S: Store>(
+    store: &S,
     mut delivery: Delivery,
+    resend_delivered: bool,
     now: DateTime<Utc>,
 ) -> Result<RetryOutcome, PipelineError> {
     let expected = delivery.version;
-    if delivery.manual_retry(now).is_err() {
+    let restarted = match delivery.status {
+        DeliveryStatus::Delivered if resend_delivered => delivery.resend(now),
+        _ => delivery.manual_retry(now),
+    };
+    if restarted.is_err() {
         return Ok(RetryOutcome::NotFailed(delivery.status));
     }
     // The event first: a restarted delivery must not outlive its body.
