@@ -8,6 +8,7 @@
 //! - `hookline-local stream-event` / `queue-event`: prints the next Lambda
 //!   event for the dispatch / deliver function (for `sam local invoke -e`).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -71,6 +72,11 @@ enum Command {
         /// Events the demo sends.
         #[arg(long, default_value_t = 5)]
         demo_events: usize,
+        /// Write the JSON logs to this file instead of stderr. With `--demo`
+        /// they go to `target/hookline-local.log` unless this is given, so
+        /// the demo's own lines stay readable.
+        #[arg(long)]
+        log_file: Option<PathBuf>,
     },
     /// Create the template's resources; print their names as JSON.
     Setup {
@@ -98,8 +104,15 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    hookline_aws::clients::init_tracing();
-    match run().await {
+    let cli = Cli::parse();
+    if let Err(err) = init_logs(&cli.command) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "hookline-local: cannot open the log file: {err}"
+        );
+        return std::process::ExitCode::FAILURE;
+    }
+    match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(error = %hookline_core::error::Chain(err.as_ref()), "hookline-local failed");
@@ -108,18 +121,53 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// JSON logs on stderr, or in a file for `up --demo` / `up --log-file`
+/// (named once on stdout).
+fn init_logs(command: &Command) -> std::io::Result<()> {
+    let file = match command {
+        Command::Up {
+            log_file: Some(path),
+            ..
+        } => Some(path.clone()),
+        Command::Up { demo: true, .. } => Some(PathBuf::from("target/hookline-local.log")),
+        _ => None,
+    };
+    let Some(path) = file else {
+        hookline_aws::clients::init_tracing();
+        return Ok(());
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let writer = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::sync::Mutex::new(writer))
+        .try_init();
+    let _ = writeln!(std::io::stdout(), "logs: {}", path.display());
+    Ok(())
+}
+
+async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let print = |v: serde_json::Value| {
         use std::io::Write;
         let _ = writeln!(std::io::stdout(), "{v}");
     };
-    match Cli::parse().command {
+    match cli.command {
         Command::Up {
             port,
             endpoint_url,
             template,
             demo,
             demo_events,
+            log_file: _,
         } => {
             let template = template
                 .or_else(find_template)

@@ -484,7 +484,10 @@ impl DynamoStore {
                 match entry {
                     Some(entry) => out.push((sk, entry)),
                     None => {
-                        tracing::error!(pk = ?pk, "unreadable entry in the overdue index skipped")
+                        tracing::error!(
+                            pk = pk.map(String::as_str),
+                            "unreadable entry in the overdue index skipped"
+                        )
                     }
                 }
             }

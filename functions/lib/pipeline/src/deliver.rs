@@ -145,7 +145,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 delivery_id = %delivery.id,
                 status = %delivery.status,
                 message_attempt = message.attempt,
-                message_version = ?message.version,
+                message_version = message.version,
                 version = delivery.version,
                 "stale message acked"
             );
@@ -269,7 +269,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             status_code = status_code,
             latency_ms = latency_ms,
             outcome = ?outcome,
-            next_attempt_at = ?delivery.next_attempt_at,
+            next_attempt_at = delivery.next_attempt_at.map(tracing::field::display),
             "attempt recorded"
         );
         metrics::emit(

@@ -124,6 +124,15 @@ pub enum Overdue {
     Event(EventId),
 }
 
+impl std::fmt::Display for Overdue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Delivery(id) => write!(f, "{id}"),
+            Self::Event(id) => write!(f, "{id}"),
+        }
+    }
+}
+
 /// Filters of a delivery list (newest first).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeliveryQuery {

@@ -63,6 +63,13 @@ pub struct ReconcileReport {
     pub complete: bool,
 }
 
+/// Compact JSON (a log field).
+impl std::fmt::Display for ReconcileReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
+    }
+}
+
 /// One reconciler run at `now`.
 #[tracing::instrument(name = "reconcile", skip_all)]
 pub async fn reconcile<S: Store, Q: Queue>(
@@ -108,7 +115,7 @@ pub async fn reconcile<S: Store, Q: Queue>(
             }),
         };
         if let Err(err) = outcome {
-            tracing::error!(entry = ?entry, error = %hookline_core::error::Chain(&err), "reconciling an overdue entry failed");
+            tracing::error!(entry = %entry, error = %hookline_core::error::Chain(&err), "reconciling an overdue entry failed");
             report.errors += 1;
             first_error.get_or_insert(err);
         }
@@ -122,9 +129,9 @@ pub async fn reconcile<S: Store, Q: Queue>(
         }
     }
     if report.requeued > 0 || report.fanouts > 0 || report.listed_requeued > 0 {
-        tracing::warn!(?report, "reconciler found lost work");
+        tracing::warn!(report = %report, "reconciler found lost work");
     } else {
-        tracing::info!(?report, "reconciler run");
+        tracing::info!(report = %report, "reconciler run");
     }
     match first_error {
         Some(err) => Err(err),

@@ -54,6 +54,13 @@ impl Default for RedriveRequest {
 /// Largest `max_messages` one call accepts.
 pub const MAX_REDRIVE_MESSAGES: u32 = 10_000;
 
+/// Compact JSON (a log field).
+impl std::fmt::Display for RedriveReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&serde_json::to_string(self).map_err(|_| std::fmt::Error)?)
+    }
+}
+
 /// What a redrive did (or, in a dry run, would do).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,7 +164,7 @@ pub async fn redrive<S: Store, Q: Queue>(
     if !keep.is_empty() {
         queue.release_dlq(&keep).await?;
     }
-    tracing::info!(?report, "redrive finished");
+    tracing::info!(report = %report, "redrive finished");
     Ok(report)
 }
 
