@@ -147,3 +147,101 @@ async fn custom_headers_arrive_on_every_attempt_sealed_at_rest_masked_in_answers
         "custom headers: 4/4 bad header sets refused (400 invalid_headers, value never echoed); sent on 4/4 requests (incl. the retry after a 503) next to valid signatures; credential value sealed at rest (0 in the table scan and the stream), masked in create/list answers, kept by a masked PATCH, removed by `{}`",
     );
 }
+
+/// An endpoint that answers nothing but 500 is disabled once it has failed
+/// for `WEBHOOKS_DISABLE_AFTER` with no 2xx in between; its pending delivery
+/// then ends `failed` ("endpoint disabled") with a DLQ copy, recoverable; new
+/// events skip it. Re-enabling clears the streak. (A 2xx ending a streak:
+/// `pipeline::deliver` unit test, with given times.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_failing_too_long_is_disabled_and_its_pending_deliveries_fail() {
+    let stack = Stack::start(&[
+        ("WEBHOOKS_RETRY_SCHEDULE", "1s"),
+        ("WEBHOOKS_MAX_ATTEMPTS", "20"),
+        ("WEBHOOKS_DISABLE_AFTER", "3s"),
+        ("WEBHOOKS_ENDPOINT_CACHE_TTL", "1s"),
+    ])
+    .await;
+    let dead = Receiver::start(vec![], Reply::Status(500)).await;
+    let healthy = Receiver::healthy().await;
+    let (dead_id, _) = stack.subscribe("ops", &dead).await;
+    let (healthy_id, _) = stack.subscribe("ops", &healthy).await;
+    let (status, body) = stack
+        .send_event("ops", "order.paid", json!({"n": 1}), None)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let ids: Vec<String> = body["delivery_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let mut doomed = None;
+    for id in &ids {
+        if stack
+            .reaches(id, DeliveryStatus::Delivered, Duration::from_secs(5))
+            .await
+        {
+            continue;
+        }
+        doomed = Some(id.clone());
+    }
+    let doomed = doomed.expect("the dead endpoint's delivery");
+    assert!(stack.reaches(&doomed, DeliveryStatus::Failed, T).await);
+    let (_, ep) = stack.endpoint_call("GET", "ops", &dead_id, "", None).await;
+    assert_eq!(ep["disabled"], true, "{ep}");
+    let reason = ep["disabled_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("no 2xx answer since"), "{reason}");
+    let d = stack.delivery(&doomed).await;
+    let last = d.attempts.last().unwrap();
+    assert_eq!(last.error.as_deref(), Some("endpoint disabled"), "{d:?}");
+    assert!(
+        d.total_attempts >= 4,
+        "failed for 3 s at 1 s intervals: {d:?}"
+    );
+    let (status, _, dlq) = stack.call("GET", "/v1/dlq", None, &[]).await;
+    assert_eq!(status, 200, "{dlq}");
+    assert!(
+        dlq["depth"].as_u64().is_some_and(|n| n >= 1),
+        "a DLQ copy: {dlq}"
+    );
+    // The healthy endpoint of the same app is untouched; a new event skips
+    // the disabled one.
+    let (_, ok) = stack
+        .endpoint_call("GET", "ops", &healthy_id, "", None)
+        .await;
+    assert_eq!(ok["disabled"], false, "{ok}");
+    let (status, body) = stack
+        .send_event("ops", "order.paid", json!({"n": 2}), None)
+        .await;
+    assert_eq!(
+        (status, body["delivery_ids"].as_array().map(Vec::len)),
+        (202, Some(1)),
+        "{body}"
+    );
+
+    // Re-enabled: the streak starts over; the failed delivery is recoverable.
+    let (status, ep) = stack
+        .endpoint_call(
+            "PATCH",
+            "ops",
+            &dead_id,
+            "",
+            Some(json!({"disabled": false})),
+        )
+        .await;
+    assert_eq!(status, 200, "{ep}");
+    assert!(
+        ep.get("failing_since").is_none() && ep.get("disabled_reason").is_none(),
+        "{ep}"
+    );
+    let (status, _) = stack.retry_delivery("ops", &doomed).await;
+    assert_eq!(status, 202);
+    record_figures(
+        "endpoint-health",
+        &format!("auto-disable (WEBHOOKS_DISABLE_AFTER 3s, always-500 endpoint): disabled after {} attempts, reason \"{reason}\"; its pending delivery failed (\"endpoint disabled\") with a DLQ copy, retry accepted after re-enabling; new events skip it; the app's healthy endpoint untouched", d.total_attempts),
+    );
+}

@@ -58,6 +58,10 @@ pub struct EndpointOut {
     pub disabled: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
+    /// Since when its attempts have all failed (no 2xx since); the endpoint
+    /// is disabled once this is older than `WEBHOOKS_DISABLE_AFTER`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<DateTime<Utc>>,
     /// Sent on every request to the endpoint. Values of credential-like
     /// names (`authorization`, `cookie`, names with `auth`, `token`, `key`,
     /// `secret`, `password`, `session`, `credential`, `signature`) read as
@@ -99,6 +103,7 @@ impl EndpointOut {
             previous_secrets: ep.previous_secrets.len(),
             disabled: ep.disabled,
             disabled_reason: ep.disabled_reason.clone(),
+            failing_since: ep.failing_since,
             headers: ep
                 .headers
                 .iter()

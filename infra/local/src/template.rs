@@ -218,6 +218,65 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Every DynamoDB action a function's code performs, in its IAM policy
+    /// (moto does not enforce IAM: without this a missing action shows only
+    /// when deployed). The operations per function, from their code paths:
+    /// reads by id of a listed delivery are a BatchGetItem (its item and its
+    /// event); its first write is a PutItem; reconciler sweeps and routes are
+    /// Queries.
+    #[test]
+    fn function_policies_allow_every_dynamodb_action_their_code_uses() {
+        let t = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"))
+            .unwrap();
+        let needs: [(&str, &[&str]); 5] = [
+            (
+                "IngestFunction",
+                &[
+                    "GetItem",
+                    "BatchGetItem",
+                    "PutItem",
+                    "UpdateItem",
+                    "DeleteItem",
+                    "Query",
+                    "ConditionCheckItem",
+                ],
+            ),
+            (
+                "DispatchFunction",
+                &["GetItem", "BatchGetItem", "PutItem", "UpdateItem"],
+            ),
+            (
+                "DeliverFunction",
+                &["GetItem", "BatchGetItem", "PutItem", "UpdateItem"],
+            ),
+            (
+                "RetryFunction",
+                &["GetItem", "BatchGetItem", "PutItem", "UpdateItem"],
+            ),
+            (
+                "ReconcileFunction",
+                &["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query"],
+            ),
+        ];
+        for (function, actions) in needs {
+            let policies = &t.resources[function]["Properties"]["Policies"];
+            let mut allowed = Vec::new();
+            for policy in policies.as_sequence().into_iter().flatten() {
+                for statement in policy["Statement"].as_sequence().into_iter().flatten() {
+                    for action in statement["Action"].as_sequence().into_iter().flatten() {
+                        allowed.extend(text(action));
+                    }
+                }
+            }
+            for action in actions {
+                assert!(
+                    allowed.contains(&format!("dynamodb:{action}")),
+                    "{function} lacks dynamodb:{action}: {allowed:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn reads_the_project_template() {
         let t = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"))

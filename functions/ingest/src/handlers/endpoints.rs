@@ -204,6 +204,10 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
         if let Some(disabled) = req.disabled {
             endpoint.disabled = disabled;
             endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_owned());
+            if !disabled {
+                // Re-enabled: its failure streak starts over.
+                endpoint.failing_since = None;
+            }
         }
     })
     .await?;

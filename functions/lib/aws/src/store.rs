@@ -717,6 +717,35 @@ impl Store for DynamoStore {
         condition_to_bool(result, "UpdateItem").map(|_| ())
     }
 
+    async fn set_failing_since(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        since: Option<DateTime<Utc>>,
+        expected_version: u64,
+    ) -> Result<bool> {
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()));
+        let request = match since {
+            Some(at) => request
+                .update_expression("SET failing_since = :since ADD version :one")
+                .expression_attribute_values(":since", av(&at)?),
+            None => request.update_expression("REMOVE failing_since ADD version :one"),
+        };
+        let request = request
+            .condition_expression(version_condition(expected_version))
+            .expression_attribute_values(
+                ":expected_version",
+                AttributeValue::N(expected_version.to_string()),
+            );
+        let _g = self.guard().await;
+        condition_to_bool(request.send().await, "UpdateItem")
+    }
+
     async fn get_idempotency(&self, app: &AppId, key: &str) -> Result<Option<IdempotencyRecord>> {
         match self.get(idempotency_pk(app, key), IDEMPOTENCY_SK).await? {
             Some(item) => schema::idempotency_from_item(item, Utc::now()),

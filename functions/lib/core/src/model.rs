@@ -169,6 +169,11 @@ pub struct Endpoint {
     /// secrets (they often carry credentials).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// When its attempts started failing with no 2xx since (cleared by the
+    /// next 2xx and by re-enabling it); past `WEBHOOKS_DISABLE_AFTER` the
+    /// endpoint is disabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<DateTime<Utc>>,
 }
 
 /// Most custom headers per endpoint.
@@ -266,6 +271,7 @@ impl Endpoint {
             updated_at: now,
             version: 0,
             headers: BTreeMap::new(),
+            failing_since: None,
         }
     }
 

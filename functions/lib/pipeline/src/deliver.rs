@@ -284,6 +284,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             delivery.id.as_str(),
             delivery.endpoint_id.as_str(),
         );
+        if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
+            let answered_2xx = status_code.is_some_and(|s| (200..300).contains(&s));
+            self.track_health(ep, answered_2xx, now).await?;
+        }
         if matches!(
             transition,
             Transition::Failed {
@@ -301,6 +305,54 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             self.forget_endpoint(&delivery.endpoint_id);
         }
         Ok(outcome)
+    }
+
+    /// Endpoint health after an attempt: the first failure with no 2xx since
+    /// is remembered (`failing_since`), a 2xx clears it, and an endpoint
+    /// failing for `WEBHOOKS_DISABLE_AFTER` is disabled with its reason. A
+    /// write happens only on a change of state, conditional on the
+    /// endpoint's version (a concurrent deliver doing the same wins; no
+    /// harm), and the cached copy is dropped.
+    async fn track_health(
+        &self,
+        endpoint: &Endpoint,
+        answered_2xx: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), PipelineError> {
+        let disable_after = chrono::Duration::from_std(self.settings.disable_after)
+            .unwrap_or(chrono::Duration::MAX);
+        let failing_since = match (answered_2xx, endpoint.failing_since) {
+            (true, None) => return Ok(()),
+            (true, Some(_)) => None,
+            (false, None) => Some(now),
+            (false, Some(since)) if now - since >= disable_after => {
+                let reason = format!(
+                    "no 2xx answer since {} (WEBHOOKS_DISABLE_AFTER)",
+                    since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                );
+                self.store
+                    .disable_endpoint(&endpoint.app_id, &endpoint.id, &reason, now)
+                    .await?;
+                tracing::warn!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, failing_since = %since, "endpoint disabled: failing too long");
+                self.forget_endpoint(&endpoint.id);
+                return Ok(());
+            }
+            (false, Some(_)) => return Ok(()),
+        };
+        if !self
+            .store
+            .set_failing_since(
+                &endpoint.app_id,
+                &endpoint.id,
+                failing_since,
+                endpoint.version,
+            )
+            .await?
+        {
+            tracing::debug!(endpoint_id = %endpoint.id, "endpoint changed meanwhile; health not recorded this time");
+        }
+        self.forget_endpoint(&endpoint.id);
+        Ok(())
     }
 
     /// The body to send: the message's own if it is the delivery's (its
@@ -351,5 +403,62 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         self.endpoint_cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::{MemoryQueue, MemoryStore, ScriptedSender};
+    use hookline_core::signing::Secret;
+
+    /// A failure streak is measured from its first failure; a 2xx ends it;
+    /// the endpoint is disabled only once a streak lasts
+    /// `WEBHOOKS_DISABLE_AFTER` (times given, no sleeping).
+    #[tokio::test]
+    async fn a_2xx_ends_a_failure_streak_and_only_a_long_streak_disables() {
+        let settings = Settings::for_tests(&[("WEBHOOKS_DISABLE_AFTER", "3s")]).unwrap();
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(200)),
+            settings,
+        );
+        let t0 = chrono::Utc::now();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        let ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("a").unwrap(),
+            "https://example.com/hook",
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            t0,
+        );
+        deliverer.store.put_endpoint(&ep).await.unwrap();
+        let current = || deliverer.store.endpoint(&ep.id).unwrap();
+        let steps: [(i64, bool, Option<i64>, bool); 6] = [
+            // (second, answered 2xx, failing since, disabled after it)
+            (0, false, Some(0), false),
+            (2, true, None, false),
+            (3, false, Some(3), false),
+            (5, false, Some(3), false), // 5 s after the first failure, 2 s into this streak
+            (6, false, Some(3), true),  // this streak reached 3 s
+            (7, true, Some(3), true),   // disabled: nothing is tracked any more
+        ];
+        for (second, ok, since, disabled) in steps {
+            let endpoint = current();
+            if !endpoint.disabled {
+                deliverer
+                    .track_health(&endpoint, ok, at(second))
+                    .await
+                    .unwrap();
+            }
+            let after = current();
+            assert_eq!(after.failing_since, since.map(at), "at {second}s");
+            assert_eq!(after.disabled, disabled, "at {second}s");
+        }
+        assert!(current()
+            .disabled_reason
+            .unwrap()
+            .contains("WEBHOOKS_DISABLE_AFTER"));
     }
 }

@@ -172,6 +172,23 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
+    async fn set_failing_since(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        since: Option<DateTime<Utc>>,
+        expected_version: u64,
+    ) -> Result<bool> {
+        let mut s = lock(&self.state);
+        match s.endpoints.get_mut(id) {
+            Some(e) if &e.app_id == app && e.version == expected_version => {
+                e.failing_since = since;
+                e.version += 1;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
     async fn get_idempotency(&self, app: &AppId, key: &str) -> Result<Option<IdempotencyRecord>> {
         Ok(lock(&self.state)
             .idempotency

@@ -211,6 +211,18 @@ pub trait Store: Send + Sync {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Records when an endpoint's attempts started failing (`None`: it
+    /// answered 2xx again), bumping its version, if it is still at
+    /// `expected_version`. `Ok(false)`: it changed or is gone; nothing
+    /// written. Touches no secret.
+    fn set_failing_since(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        since: Option<DateTime<Utc>>,
+        expected_version: u64,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
     fn get_idempotency(
         &self,
         app: &AppId,

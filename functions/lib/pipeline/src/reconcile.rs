@@ -81,7 +81,12 @@ pub async fn reconcile<S: Store, Q: Queue>(
     let after = chrono::Duration::from_std(settings.reconcile_after)
         .expect("WEBHOOKS_RECONCILE_AFTER is validated at init to a few minutes");
     let cutoff = now - after;
-    let entries = store.overdue(cutoff, MAX_PER_RUN).await?;
+    // Both reads at once (a cold run waits for one round trip, not two).
+    let (entries, sweep) = futures::join!(
+        store.overdue(cutoff, MAX_PER_RUN),
+        store.sweep_events(cutoff, SWEEP_PER_RUN)
+    );
+    let entries = entries?;
     let mut report = ReconcileReport {
         overdue: u32::try_from(entries.len()).unwrap_or(u32::MAX),
         complete: entries.len() < MAX_PER_RUN,
@@ -120,7 +125,11 @@ pub async fn reconcile<S: Store, Q: Queue>(
             first_error.get_or_insert(err);
         }
     }
-    match sweep_listed(store, queue, cutoff, now, &mut report).await {
+    let swept = match sweep {
+        Ok(sweep) => sweep_listed(store, queue, sweep, now, &mut report).await,
+        Err(err) => Err(err),
+    };
+    match swept {
         Ok(()) => {}
         Err(err) => {
             tracing::error!(error = %hookline_core::error::Chain(&err), "sweeping listed fan-outs failed");
@@ -139,16 +148,15 @@ pub async fn reconcile<S: Store, Q: Queue>(
     }
 }
 
-/// Checks the listed fan-outs of the events created before `cutoff` since the
-/// last mark; moves the mark only if every one was checked.
+/// Checks the listed fan-outs of a sweep (events created before the cutoff
+/// since the last mark); moves the mark only if every one was checked.
 async fn sweep_listed<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
-    cutoff: DateTime<Utc>,
+    sweep: crate::ports::Sweep,
     now: DateTime<Utc>,
     report: &mut ReconcileReport,
 ) -> Result<(), PipelineError> {
-    let sweep = store.sweep_events(cutoff, SWEEP_PER_RUN).await?;
     report.swept = u32::try_from(sweep.events.len()).unwrap_or(u32::MAX);
     report.complete &= sweep.complete;
     let listed: Vec<(&StoredEvent, Delivery)> = sweep

@@ -63,6 +63,9 @@ pub struct Settings {
     pub endpoint_cache_ttl: Duration,
     /// `WEBHOOKS_SECRET_ROTATION_OVERLAP` (default 24h): old secret keeps signing.
     pub rotation_overlap: Duration,
+    /// `WEBHOOKS_DISABLE_AFTER` (default 5d): an endpoint whose attempts have
+    /// all failed for this long, with no 2xx in between, is disabled.
+    pub disable_after: Duration,
     /// `WEBHOOKS_DELIVER_CONCURRENCY` (default 10, 1..=100): POSTs one deliver
     /// invocation makes at once (an SQS batch is at most 10 messages).
     pub deliver_concurrency: usize,
@@ -223,6 +226,8 @@ impl Settings {
                 "WEBHOOKS_SECRET_ROTATION_OVERLAP",
                 Duration::from_secs(86_400),
             )?,
+            disable_after: vars
+                .duration("WEBHOOKS_DISABLE_AFTER", Duration::from_secs(5 * 86_400))?,
             deliver_concurrency: vars.number("WEBHOOKS_DELIVER_CONCURRENCY", 10, 1..=100)?,
             reconcile_after: vars
                 .duration("WEBHOOKS_RECONCILE_AFTER", Duration::from_secs(15 * 60))?,
