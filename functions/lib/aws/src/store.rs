@@ -186,16 +186,21 @@ impl DynamoStore {
             0,
             self.retention,
         )?;
+        self.put_absent(into_sdk(item)).await.map(|_| ())
+    }
+
+    /// Writes an item unless one exists at its key; `Ok(false)`: one did.
+    async fn put_absent(&self, item: HashMap<String, AttributeValue>) -> Result<bool> {
         let _g = self.guard().await;
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(into_sdk(item)))
+            .set_item(Some(item))
             .condition_expression("attribute_not_exists(PK)")
             .send()
             .await;
-        condition_to_bool(result, "PutItem").map(|_| ())
+        condition_to_bool(result, "PutItem")
     }
 
     /// A keyed event with no delivery items: the key's record first (it
@@ -1178,19 +1183,8 @@ impl Store for DynamoStore {
     }
 
     async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {
-        let _g = self.guard().await;
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(into_sdk(schema::delivery_item(
-                delivery,
-                self.retention,
-            )?)))
-            .condition_expression("attribute_not_exists(PK)")
-            .send()
-            .await;
-        condition_to_bool(result, "PutItem")
+        self.put_absent(into_sdk(schema::delivery_item(delivery, self.retention)?))
+            .await
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {

@@ -364,46 +364,43 @@ pub fn plan_event(
         payload,
         now,
     );
-    if targets.len() <= FANOUT_LIST_MAX {
-        // The usual case: the fan-out is a list on the event, nothing more.
-        let delivery_ids: Vec<DeliveryId> = (0..targets.len())
+    // The usual case: the fan-out is a list on the event, nothing more.
+    // Larger ones: delivery items, inline up to INLINE_DELIVERIES, the rest
+    // materialised by dispatch.
+    let listed = targets.len() <= FANOUT_LIST_MAX;
+    let delivery_ids: Vec<DeliveryId> = if listed {
+        (0..targets.len())
             .map(|position| {
                 DeliveryId::for_fanout(&event.id, position)
                     .expect("a fan-out base id has room for FANOUT_LIST_MAX positions")
             })
+            .collect()
+    } else {
+        targets
+            .iter()
+            .map(|ep| DeliveryId::for_event_endpoint(&event.id, ep))
+            .collect()
+    };
+    let (targets, deliveries, fanout_remaining) = if listed {
+        (targets, Vec::new(), Vec::new())
+    } else {
+        let inline = targets.len().min(INLINE_DELIVERIES);
+        let deliveries: Vec<Delivery> = targets[..inline]
+            .iter()
+            .zip(&delivery_ids)
+            .map(|(ep, id)| Delivery::new(id.clone(), &event, ep.clone(), now))
             .collect();
-        let response = IngestResponse {
-            event_id: event.id.clone(),
-            delivery_ids,
-        };
-        let new = NewEvent {
-            event,
-            targets,
-            deliveries: Vec::new(),
-            fanout_remaining: Vec::new(),
-            idempotency: None,
-        };
-        return (new, response);
-    }
-    let delivery_ids: Vec<DeliveryId> = targets
-        .iter()
-        .map(|ep| DeliveryId::for_event_endpoint(&event.id, ep))
-        .collect();
-    let inline = targets.len().min(INLINE_DELIVERIES);
-    let deliveries: Vec<Delivery> = targets[..inline]
-        .iter()
-        .zip(&delivery_ids)
-        .map(|(ep, id)| Delivery::new(id.clone(), &event, ep.clone(), now))
-        .collect();
+        (Vec::new(), deliveries, targets[inline..].to_vec())
+    };
     let response = IngestResponse {
         event_id: event.id.clone(),
         delivery_ids,
     };
     let new = NewEvent {
         event,
-        targets: Vec::new(),
+        targets,
         deliveries,
-        fanout_remaining: targets[inline..].to_vec(),
+        fanout_remaining,
         idempotency: None,
     };
     (new, response)
