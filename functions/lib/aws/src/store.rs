@@ -378,15 +378,19 @@ impl DynamoStore {
         Ok(out)
     }
 
-    /// Up to `limit` entries of one event time-index shard after `after`
-    /// (an event id, exclusive) and below `below`, oldest first: event ids.
-    async fn sweep_shard(
+    /// Up to `limit` GSI3 entries of partition `pk` with sort keys after
+    /// `after` (exclusive; `""`: from the start) and below `below`, oldest
+    /// first, each as `decode` reads it. An entry `decode` cannot read
+    /// (`None`) is logged and skipped: retrying cannot fix it, and it must not
+    /// stop the reconciler from reaching the others.
+    async fn gsi3_range<T>(
         &self,
-        shard: u32,
+        pk: String,
         after: &str,
         below: &str,
         limit: usize,
-    ) -> Result<Vec<EventId>> {
+        decode: impl Fn(&HashMap<String, AttributeValue>, &str) -> Option<T>,
+    ) -> Result<Vec<T>> {
         let mut out = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         while out.len() < limit {
@@ -396,9 +400,8 @@ impl DynamoStore {
                 .query()
                 .table_name(&self.table)
                 .index_name(GSI_OVERDUE)
-                .expression_attribute_values(":pk", s(sweep_pk_of_shard(shard)))
+                .expression_attribute_values(":pk", s(pk.clone()))
                 .expression_attribute_values(":below", s(below));
-            // Before the first mark, from the start of the shard.
             let query = if after.is_empty() {
                 query.key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
             } else {
@@ -417,20 +420,23 @@ impl DynamoStore {
                 .await
                 .map_err(|e| store_error("Query", e))?;
             for item in page.items.unwrap_or_default() {
-                let id = item
+                let sk = item
                     .get("GSI3SK")
                     .and_then(|v| v.as_s().ok())
                     .map(String::as_str)
                     .unwrap_or_default();
-                // BETWEEN includes `after` itself (already checked).
-                if id == after || id >= below || out.len() >= limit {
+                // BETWEEN includes both ends: `after` was handled before,
+                // `below` is excluded.
+                if sk == after || sk >= below || out.len() >= limit {
                     continue;
                 }
-                match EventId::parse(id) {
-                    Ok(id) => out.push(id),
-                    Err(_) => {
-                        tracing::error!(entry = %id, "unreadable entry in the event time index skipped")
-                    }
+                match decode(&item, sk) {
+                    Some(entry) => out.push(entry),
+                    None => tracing::error!(
+                        index = %pk,
+                        pk = item.get(PK).and_then(|v| v.as_s().ok()).map(String::as_str),
+                        "unreadable entry in the overdue index skipped"
+                    ),
                 }
             }
             match page.last_evaluated_key {
@@ -441,6 +447,21 @@ impl DynamoStore {
         Ok(out)
     }
 
+    /// Up to `limit` entries of one event time-index shard after `after`
+    /// (an event id, exclusive) and below `below`, oldest first: event ids.
+    async fn sweep_shard(
+        &self,
+        shard: u32,
+        after: &str,
+        below: &str,
+        limit: usize,
+    ) -> Result<Vec<EventId>> {
+        self.gsi3_range(sweep_pk_of_shard(shard), after, below, limit, |_, sk| {
+            EventId::parse(sk).ok()
+        })
+        .await
+    }
+
     /// Up to `limit` entries of one overdue-index shard due before `below`,
     /// oldest first, with their sort keys (due time first).
     async fn overdue_in_shard(
@@ -449,59 +470,17 @@ impl DynamoStore {
         below: &str,
         limit: usize,
     ) -> Result<Vec<(String, Overdue)>> {
-        let mut out = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        while out.len() < limit {
-            let _g = self.guard().await;
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(GSI_OVERDUE)
-                .key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
-                .expression_attribute_values(":pk", s(due_pk_of_shard(shard)))
-                .expression_attribute_values(":below", s(below))
-                .limit(
-                    i32::try_from(limit - out.len())
-                        .unwrap_or(1000)
-                        .clamp(1, 1000),
-                )
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| store_error("Query", e))?;
-            for item in page.items.unwrap_or_default() {
-                // A KEYS_ONLY entry always has the table key; one that does
-                // not name a delivery or an event is logged and skipped
-                // (retrying cannot fix it, and it must not stop the
-                // reconciler from reaching the others).
-                let pk = item.get(PK).and_then(|v| v.as_s().ok());
-                let sk = item
-                    .get("GSI3SK")
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default();
-                let entry = match pk.map(|pk| (pk.strip_prefix("DLV#"), pk.strip_prefix("EVT#"))) {
-                    Some((Some(id), _)) => DeliveryId::parse(id).ok().map(Overdue::Delivery),
-                    Some((_, Some(id))) => EventId::parse(id).ok().map(Overdue::Event),
-                    _ => None,
-                };
-                match entry {
-                    Some(entry) => out.push((sk, entry)),
-                    None => {
-                        tracing::error!(
-                            pk = pk.map(String::as_str),
-                            "unreadable entry in the overdue index skipped"
-                        )
-                    }
-                }
-            }
-            match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
-            }
-        }
-        Ok(out)
+        self.gsi3_range(due_pk_of_shard(shard), "", below, limit, |item, sk| {
+            // A KEYS_ONLY entry always has the table key.
+            let pk = item.get(PK).and_then(|v| v.as_s().ok())?;
+            let entry = match (pk.strip_prefix("DLV#"), pk.strip_prefix("EVT#")) {
+                (Some(id), _) => DeliveryId::parse(id).ok().map(Overdue::Delivery),
+                (_, Some(id)) => EventId::parse(id).ok().map(Overdue::Event),
+                _ => None,
+            }?;
+            Some((sk.to_owned(), entry))
+        })
+        .await
     }
 
     /// Queries every shard key of a GSI, newest first, for sort keys (delivery
