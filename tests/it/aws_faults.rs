@@ -365,6 +365,34 @@ async fn a_key_whose_request_stopped_before_its_event_is_completed_by_the_retry(
         status, 200,
         "the event the record names is written: {stored}"
     );
+    // Indexed for the reconciler's sweep when it was written, not at its
+    // (earlier) creation: a sweep that had passed that time still finds it.
+    let item = stack
+        .clients
+        .dynamodb
+        .get_item()
+        .table_name(&stack.settings.table)
+        .key(
+            "PK",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("EVT#{id}")),
+        )
+        .key(
+            "SK",
+            aws_sdk_dynamodb::types::AttributeValue::S("EVT".into()),
+        )
+        .send()
+        .await
+        .expect("read the event item")
+        .item
+        .expect("the event item");
+    let indexed = item["GSI3SK"].as_s().expect("in the time index").clone();
+    let created = item["created_at"].as_s().expect("created_at").clone();
+    let created = chrono::DateTime::parse_from_rfc3339(&created).expect("a time");
+    let created = hookline_aws::schema::due_time(created.with_timezone(&chrono::Utc));
+    assert!(
+        indexed > created,
+        "indexed at completion ({indexed}), after its creation ({created})"
+    );
     let delivered = stack
         .pump_until(Duration::from_secs(30), || async {
             receiver.received().len() == 1

@@ -56,6 +56,7 @@ pub fn transact_items(
             &new.fanout_remaining,
             0,
             retention,
+            new.event.created_at,
         )?,
     )?);
     for d in &new.deliveries {

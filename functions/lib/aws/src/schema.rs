@@ -17,7 +17,7 @@
 //! - the overdue index `DUE#{shard}` / `{due time}#{id}`, present only on
 //!   pending delivery items (due at `next_attempt_at`) and on events with a
 //!   deferred fan-out left (due at creation); finished work leaves it;
-//! - the event time index `SWEEP#{shard}` / `{event id}` on events with a
+//! - the event time index `SWEEP#{shard}` / `{written time}#{event id}` on events with a
 //!   listed fan-out, which the reconciler sweeps once past its mark
 //!   (`RECONCILER` / `SWEEP` item) to find listed deliveries whose first
 //!   message was lost; nothing is written to leave it (the entry expires
@@ -294,12 +294,17 @@ pub fn endpoint_item(endpoint: &Endpoint) -> Result<Item, PipelineError> {
     )
 }
 
+/// The item of `event`. `indexed_at` places a listed fan-out in the event
+/// time index: when the item is written (its creation, or later for an
+/// event completed after its request stopped), so the reconciler's sweep,
+/// which moves by that time, never passes over it before it exists.
 pub fn event_item(
     event: &Event,
     targets: &[EndpointId],
     fanout_remaining: &[EndpointId],
     fanout_version: u32,
     retention: std::time::Duration,
+    indexed_at: DateTime<Utc>,
 ) -> Result<Item, PipelineError> {
     let listed = !targets.is_empty();
     let deferred = !fanout_remaining.is_empty();
@@ -308,7 +313,7 @@ pub fn event_item(
     let (gsi3pk, gsi3sk) = if listed {
         (
             Some(sweep_pk(event.id.as_str())),
-            Some(event.id.to_string()),
+            Some(due_sk(indexed_at, event.id.as_str())),
         )
     } else if deferred {
         (
@@ -573,7 +578,15 @@ mod tests {
         let item = endpoint_item(&endpoint).unwrap();
         assert_eq!(endpoint_from_item(item).unwrap(), endpoint);
         let rest = vec![EndpointId::generate()];
-        let item = event_item(&event, &[], &rest, 3, Duration::from_secs(86400)).unwrap();
+        let item = event_item(
+            &event,
+            &[],
+            &rest,
+            3,
+            Duration::from_secs(86400),
+            event.created_at,
+        )
+        .unwrap();
         let stored = event_from_item(item.clone()).unwrap();
         assert_eq!(stored.event, event);
         assert_eq!(stored.fanout_remaining, rest);
@@ -599,7 +612,15 @@ mod tests {
             decode_stream_image(endpoint_item(&endpoint).unwrap()).unwrap(),
             StreamChange::Ignored
         );
-        let item = event_item(&event, &[], &[], 0, Duration::from_secs(1)).unwrap();
+        let item = event_item(
+            &event,
+            &[],
+            &[],
+            0,
+            Duration::from_secs(1),
+            event.created_at,
+        )
+        .unwrap();
         assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
         let mut bad = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
         bad.remove("status");

@@ -178,13 +178,14 @@ impl DynamoStore {
     /// Writes the event item unless it exists (then it is this very event,
     /// written by a request with the same key and payload: see
     /// [`Self::commit_keyed`]).
-    async fn put_event_once(&self, new: &NewEvent) -> Result<()> {
+    async fn put_event_once(&self, new: &NewEvent, indexed_at: DateTime<Utc>) -> Result<()> {
         let item = schema::event_item(
             &new.event,
             &new.targets,
             &new.fanout_remaining,
             0,
             self.retention,
+            indexed_at,
         )?;
         self.put_absent(into_sdk(item)).await.map(|_| ())
     }
@@ -243,7 +244,7 @@ impl DynamoStore {
             }
         };
         if claimed {
-            self.put_event_once(new).await?;
+            self.put_event_once(new, new.event.created_at).await?;
             return Ok(CommitOutcome::Committed);
         }
         let Some(item) = self
@@ -291,7 +292,9 @@ impl DynamoStore {
             fanout_remaining: Vec::new(),
             idempotency: None,
         };
-        self.put_event_once(&completed).await
+        // Indexed now, not at its creation: the reconciler's sweep may have
+        // passed that time already.
+        self.put_event_once(&completed, Utc::now()).await
     }
 
     /// The reconciler's sweep mark per time-index shard ("" before the first).
@@ -448,16 +451,18 @@ impl DynamoStore {
     }
 
     /// Up to `limit` entries of one event time-index shard after `after`
-    /// (an event id, exclusive) and below `below`, oldest first: event ids.
+    /// (a sort key, exclusive) and below `below`, oldest first: their sort
+    /// keys (the next mark) and event ids.
     async fn sweep_shard(
         &self,
         shard: u32,
         after: &str,
         below: &str,
         limit: usize,
-    ) -> Result<Vec<EventId>> {
+    ) -> Result<Vec<(String, EventId)>> {
         self.gsi3_range(sweep_pk_of_shard(shard), after, below, limit, |_, sk| {
-            EventId::parse(sk).ok()
+            let (_, id) = sk.rsplit_once('#')?;
+            Some((sk.to_owned(), EventId::parse(id).ok()?))
         })
         .await
     }
@@ -743,7 +748,7 @@ impl Store for DynamoStore {
             // costs every item twice).
             return match &new.idempotency {
                 None => {
-                    self.put_event_once(new).await?;
+                    self.put_event_once(new, new.event.created_at).await?;
                     Ok(CommitOutcome::Committed)
                 }
                 Some(record) => self.commit_keyed(new, record).await,
@@ -1078,8 +1083,8 @@ impl Store for DynamoStore {
 
     async fn sweep_events(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Sweep> {
         let marks = self.sweep_marks().await?;
-        // Ids sort by time: every event made before the cutoff is below it.
-        let below = EventId::time_floor(cutoff).to_string();
+        // `#` sorts after every digit: every entry written before the cutoff.
+        let below = format!("{}#", due_time(cutoff));
         let per_shard = limit.div_ceil(DUE_SHARDS as usize).max(1);
         let shards = (0..DUE_SHARDS).map(|shard| {
             let after = marks.get(shard as usize).cloned().unwrap_or_default();
@@ -1095,14 +1100,14 @@ impl Store for DynamoStore {
         next.resize(DUE_SHARDS as usize, String::new());
         let mut complete = true;
         let mut ids = Vec::new();
-        for (shard, _after, shard_ids) in found {
-            if shard_ids.len() >= per_shard {
+        for (shard, _after, entries) in found {
+            if entries.len() >= per_shard {
                 complete = false;
             }
-            if let Some(last) = shard_ids.last() {
-                next[shard as usize] = last.to_string();
+            if let Some((last, _)) = entries.last() {
+                next[shard as usize] = last.clone();
             }
-            ids.extend(shard_ids);
+            ids.extend(entries.into_iter().map(|(_, id)| id));
         }
         // Eventually consistent: these events were written long ago.
         let keys = ids
