@@ -1096,8 +1096,9 @@ impl Store for DynamoStore {
             }
         });
         let found = futures::future::try_join_all(shards).await?;
-        let mut next = marks.clone();
-        next.resize(DUE_SHARDS as usize, String::new());
+        let mut before = marks;
+        before.resize(DUE_SHARDS as usize, String::new());
+        let mut next = before.clone();
         let mut complete = true;
         let mut ids = Vec::new();
         for (shard, _after, entries) in found {
@@ -1124,11 +1125,13 @@ impl Store for DynamoStore {
             }
         }
         events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
+        let moved = next != before;
         let mark = serde_json::to_string(&next).map_err(|e| corrupt("sweep mark", e))?;
         Ok(Sweep {
             events,
             mark,
             complete,
+            moved,
         })
     }
 

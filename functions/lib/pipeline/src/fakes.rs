@@ -370,10 +370,13 @@ impl Store for MemoryStore {
             .map(|e| e.event.id.to_string())
             .or_else(|| s.sweep_mark.as_ref().map(ToString::to_string))
             .unwrap_or_default();
+        let moved = s.sweep_mark.as_ref().map(ToString::to_string) != Some(mark.clone())
+            && !mark.is_empty();
         Ok(Sweep {
             events,
             mark,
             complete,
+            moved,
         })
     }
     async fn commit_sweep(&self, mark: &str) -> Result<()> {

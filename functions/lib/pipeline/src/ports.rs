@@ -114,6 +114,9 @@ pub struct Sweep {
     pub mark: String,
     /// False when the sweep stopped at its limit (more are waiting).
     pub complete: bool,
+    /// Whether `mark` differs from the committed one (a quiet run writes
+    /// nothing).
+    pub moved: bool,
 }
 
 /// An entry of the overdue index.

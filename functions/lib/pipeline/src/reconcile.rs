@@ -205,7 +205,10 @@ async fn sweep_listed<S: Store, Q: Queue>(
             "lost first message: listed delivery written and re-queued"
         );
     }
-    store.commit_sweep(&sweep.mark).await
+    if sweep.moved {
+        store.commit_sweep(&sweep.mark).await?;
+    }
+    Ok(())
 }
 
 #[tracing::instrument(skip_all, fields(delivery_id = %delivery.id))]
