@@ -4,7 +4,9 @@ use hookline_pipeline::sender::HttpSender;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use tokio::sync::OnceCell;
 
-#[tokio::main]
+// One thread: the work is waiting on I/O, and not starting worker threads
+// takes ~0.6 ms off every cold start (BENCHMARKS.md).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
     // Settings checked at init; AWS clients and the HTTP client (TLS roots)

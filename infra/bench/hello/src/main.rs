@@ -4,7 +4,8 @@
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use serde_json::Value;
 
-#[tokio::main]
+// The same runtime flavour as the functions it is the baseline of.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| async move {
         Ok::<Value, Error>(event.payload)
