@@ -7,7 +7,7 @@ use hookline_core::model::DeliveryStatus;
 use hookline_tests::receiver::{Receiver, Reply};
 use hookline_tests::stack::Stack;
 use hookline_tests::{record_figures, secret_of};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -164,6 +164,9 @@ async fn an_endpoint_failing_too_long_is_disabled_and_its_pending_deliveries_fai
     .await;
     let dead = Receiver::start(vec![], Reply::Status(500)).await;
     let healthy = Receiver::healthy().await;
+    // The operator's own receiver of operational webhooks.
+    let operator = Receiver::healthy().await;
+    stack.subscribe("_operational", &operator).await;
     let (dead_id, _) = stack.subscribe("ops", &dead).await;
     let (healthy_id, _) = stack.subscribe("ops", &healthy).await;
     let (status, body) = stack
@@ -240,8 +243,65 @@ async fn an_endpoint_failing_too_long_is_disabled_and_its_pending_deliveries_fai
     );
     let (status, _) = stack.retry_delivery("ops", &doomed).await;
     assert_eq!(status, 202);
+
+    // The operator's receiver got each change once, signed by the pipeline:
+    // endpoint.disabled, delivery.failed, endpoint.enabled (in that order).
+    stack
+        .local
+        .pump_until(T, || async { operator.received().len() >= 3 })
+        .await;
+    let announced: Vec<(String, Value, bool)> = operator
+        .received()
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).unwrap();
+            (
+                body["type"].as_str().unwrap_or_default().to_owned(),
+                body["data"].clone(),
+                r.standard_ok,
+            )
+        })
+        .collect();
+    let types: Vec<&str> = announced.iter().map(|(t, _, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        ["endpoint.disabled", "delivery.failed", "endpoint.enabled"],
+        "{announced:?}"
+    );
+    assert!(
+        announced.iter().all(|(_, _, signed)| *signed),
+        "{announced:?}"
+    );
+    assert_eq!(
+        announced[0].1,
+        json!({"app_id": "ops", "endpoint_id": dead_id, "reason": reason})
+    );
+    assert_eq!(
+        announced[1].1,
+        json!({"app_id": "ops", "delivery_id": doomed, "endpoint_id": dead_id,
+            "event_id": d.event_id.to_string(), "event_type": "order.paid",
+            "attempts": d.total_attempts, "last_error": "endpoint disabled"})
+    );
+    assert_eq!(
+        announced[2].1,
+        json!({"app_id": "ops", "endpoint_id": dead_id})
+    );
+    // The operational app takes the admin key only.
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            "/v1/apps/_operational/api-keys",
+            Some(json!({})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
     record_figures(
         "endpoint-health",
         &format!("auto-disable (WEBHOOKS_DISABLE_AFTER 3s, always-500 endpoint): disabled after {} attempts, reason \"{reason}\"; its pending delivery failed (\"endpoint disabled\") with a DLQ copy, retry accepted after re-enabling; new events skip it; the app's healthy endpoint untouched", d.total_attempts),
+    );
+    record_figures(
+        "endpoint-health",
+        "operational webhooks: the `_operational` app's receiver got endpoint.disabled, delivery.failed and endpoint.enabled once each, in order, with valid signatures and the DESIGN.md payloads",
     );
 }

@@ -242,6 +242,24 @@ mod tests {
             endpoints[0].disabled_reason.as_deref(),
             Some("endpoint answered 410 Gone")
         );
+        // Both changes announced to the operational app (before they were
+        // written); handling the same message again announces nothing new.
+        let announced = |store: &hookline_pipeline::fakes::MemoryStore| {
+            let mut types: Vec<String> = store
+                .events()
+                .iter()
+                .filter(|e| e.event.app_id.as_str() == "_operational")
+                .map(|e| e.event.event_type.to_string())
+                .collect();
+            types.sort();
+            types
+        };
+        assert_eq!(
+            announced(&deliverer.store),
+            ["delivery.failed", "endpoint.disabled"]
+        );
+        acked(&deliverer, fixture()).await;
+        assert_eq!(announced(&deliverer.store).len(), 2);
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ use subtle::ConstantTimeEq;
 
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::AppId;
+use hookline_pipeline::operational::{self, OPERATIONAL_APP};
 use hookline_pipeline::ports::Store;
 use hookline_pipeline::settings::{KeyHash, Settings};
 
@@ -42,6 +43,12 @@ impl Scope {
     pub fn allows(&self, app: &AppId) -> Result<(), ApiError> {
         match self {
             Scope::Admin => Ok(()),
+            // The operational app is the operator's own (admin key only).
+            Scope::App(_) if operational::is_operational(app) => Err(ApiError {
+                status: StatusCode::FORBIDDEN,
+                code: "forbidden",
+                message: format!("the app {OPERATIONAL_APP} takes the admin API key"),
+            }),
             Scope::App(own) if own == app => Ok(()),
             Scope::App(_) => Err(ApiError {
                 status: StatusCode::FORBIDDEN,
@@ -173,6 +180,14 @@ mod tests {
             scope.require_admin().unwrap_err().status,
             StatusCode::FORBIDDEN
         );
+        // The operational app takes the admin key, even a key made for it.
+        let operational = AppId::parse(OPERATIONAL_APP).unwrap();
+        assert!(Scope::Admin.allows(&operational).is_ok());
+        let err = Scope::App(operational.clone())
+            .allows(&operational)
+            .unwrap_err();
+        assert_eq!(err.status, StatusCode::FORBIDDEN);
+        assert!(err.message.contains("admin"), "{}", err.message);
         let mut forged = key.clone();
         forged.replace_range(key.len() - 4.., "AAAA");
         let err = keys

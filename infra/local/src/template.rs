@@ -247,7 +247,14 @@ mod tests {
             ),
             (
                 "DeliverFunction",
-                &["GetItem", "BatchGetItem", "PutItem", "UpdateItem"],
+                &[
+                    "GetItem",
+                    "BatchGetItem",
+                    "PutItem",
+                    "UpdateItem",
+                    "Query",
+                    "ConditionCheckItem",
+                ],
             ),
             (
                 "RetryFunction",

@@ -20,6 +20,12 @@ use crate::Api;
 pub async fn create_api_key<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let path: AppPath = call.path()?;
     let req: CreateApiKey = call.json_or_default()?;
+    if hookline_pipeline::operational::is_operational(&path.app_id) {
+        return Err(ApiError::bad_request(
+            "reserved_app",
+            "the operational app takes the admin API key; it has no keys of its own",
+        ));
+    }
     let name = req.name.unwrap_or_default();
     if name.len() > 200 {
         return Err(ApiError::bad_request("invalid_name", "at most 200 bytes"));

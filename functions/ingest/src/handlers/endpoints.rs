@@ -2,9 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use rand::RngCore;
+
 use hookline_core::ids::{AppId, EndpointId};
 use hookline_core::model::{Endpoint, EventType};
 use hookline_core::signing::Secret;
+use hookline_pipeline::operational::{self, Operational};
 use hookline_pipeline::ports::Store;
 use hookline_pipeline::recover::{recover_endpoint, RecoverReport, RecoverRequest};
 use hookline_pipeline::sender::{check_endpoint_url, check_resolved_host};
@@ -188,7 +191,7 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
             .collect();
         validate_headers(&unmasked)?;
     }
-    let endpoint = change_endpoint(api, &path, call.now, |endpoint| {
+    let endpoint = change_endpoint(api, &path, call.now, call.rng, |endpoint| {
         if let Some(headers) = &req.headers {
             endpoint.headers = merge_masked(&endpoint.headers, headers);
         }
@@ -222,17 +225,38 @@ const ENDPOINT_WRITE_ROUNDS: usize = 5;
 /// Read, change, write conditionally on the version read; on a conflict
 /// read again and re-apply `change` (so two concurrent PATCHes of different
 /// fields both land, a PATCH never writes back a rotated-away secret, and a
-/// deleted endpoint is not resurrected: 404).
+/// deleted endpoint is not resurrected: 404). A change that disables or
+/// enables the endpoint is announced (`endpoint.disabled` /
+/// `endpoint.enabled`, [`hookline_pipeline::operational`]) before it is
+/// written, keyed by the version it is made from: a request retried after
+/// a failure announces it once.
 async fn change_endpoint<S: Store, Q>(
     api: &Api<S, Q>,
     path: &EndpointPath,
     now: chrono::DateTime<chrono::Utc>,
+    rng: &mut (dyn RngCore + Send),
     mut change: impl FnMut(&mut Endpoint),
 ) -> Result<Endpoint, ApiError> {
     for _ in 0..ENDPOINT_WRITE_ROUNDS {
         let mut endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
         let expected = endpoint.version;
+        let was_disabled = endpoint.disabled;
         change(&mut endpoint);
+        if endpoint.disabled != was_disabled {
+            let event = if endpoint.disabled {
+                Operational::EndpointDisabled {
+                    app_id: endpoint.app_id.clone(),
+                    endpoint_id: endpoint.id.clone(),
+                    reason: endpoint.disabled_reason.clone().unwrap_or_default(),
+                }
+            } else {
+                Operational::EndpointEnabled {
+                    app_id: endpoint.app_id.clone(),
+                    endpoint_id: endpoint.id.clone(),
+                }
+            };
+            operational::announce(&api.store, &api.settings, &event, expected, now, rng).await?;
+        }
         endpoint.version = expected + 1;
         endpoint.updated_at = now;
         if api.store.update_endpoint(&endpoint, expected).await? {
@@ -277,7 +301,7 @@ pub async fn rotate_secret<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answ
         None => Secret::generate(call.rng),
     };
     let (now, overlap) = (call.now, api.settings.rotation_overlap);
-    let endpoint = change_endpoint(api, &path, now, |endpoint| {
+    let endpoint = change_endpoint(api, &path, now, call.rng, |endpoint| {
         endpoint.rotate_secret(secret.clone(), now, overlap);
     })
     .await?;

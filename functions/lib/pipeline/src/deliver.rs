@@ -5,7 +5,9 @@
 //! without sending; otherwise sign, POST, and record the attempt with ONE
 //! conditional update that also moves the state (delivered; pending with the
 //! next due time, which re-triggers dispatch through the stream; or failed,
-//! after a copy went to the DLQ).
+//! after a copy went to the DLQ, and `delivery.failed` was announced).
+//! An endpoint disabled here (410, or failing too long) is announced as
+//! `endpoint.disabled` first ([`crate::operational`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,10 +21,11 @@ use hookline_core::model::{
 use hookline_core::retry::parse_retry_after;
 use hookline_core::signing::{self, Schemes};
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{RngCore, SeedableRng};
 
 use crate::messages::{delay_seconds, DeliveryMessage};
 use crate::metrics::{self, Outcome};
+use crate::operational::{self, Operational};
 use crate::ports::{OutgoingRequest, Queue, Sender, Store};
 use crate::{PipelineError, Settings};
 
@@ -245,6 +248,17 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     .unwrap_or_else(|| format!("{reason:?}")),
             );
             self.queue.send_to_dlq(&copy).await?;
+            // Announced before the outcome is written, as the DLQ copy.
+            let failed = Operational::DeliveryFailed {
+                app_id: delivery.app_id.clone(),
+                delivery_id: delivery.id.clone(),
+                endpoint_id: delivery.endpoint_id.clone(),
+                event_id: delivery.event_id.clone(),
+                event_type: delivery.event_type.to_string(),
+                attempts: delivery.total_attempts,
+                last_error: copy.failure.clone().unwrap_or_default(),
+            };
+            self.announce(&failed, u64::from(number), now).await?;
         }
         if !self
             .store
@@ -294,17 +308,57 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 reason: FailReason::EndpointGone
             }
         ) {
+            const GONE: &str = "endpoint answered 410 Gone";
+            if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
+                self.announce_disabled(ep, GONE, now).await?;
+            }
             self.store
-                .disable_endpoint(
-                    &delivery.app_id,
-                    &delivery.endpoint_id,
-                    "endpoint answered 410 Gone",
-                    now,
-                )
+                .disable_endpoint(&delivery.app_id, &delivery.endpoint_id, GONE, now)
                 .await?;
             self.forget_endpoint(&delivery.endpoint_id);
         }
         Ok(outcome)
+    }
+
+    /// Sends an operational event (see [`crate::operational`]) with ids
+    /// from this deliverer's generator.
+    async fn announce(
+        &self,
+        event: &Operational,
+        occurrence: u64,
+        now: DateTime<Utc>,
+    ) -> Result<(), PipelineError> {
+        let seed = self
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next_u64();
+        let mut rng = StdRng::seed_from_u64(seed);
+        operational::announce(
+            &self.store,
+            &self.settings,
+            event,
+            occurrence,
+            now,
+            &mut rng,
+        )
+        .await
+    }
+
+    /// `endpoint.disabled`, announced before the endpoint is disabled (the
+    /// occurrence is the version it is disabled from).
+    async fn announce_disabled(
+        &self,
+        endpoint: &Endpoint,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), PipelineError> {
+        let event = Operational::EndpointDisabled {
+            app_id: endpoint.app_id.clone(),
+            endpoint_id: endpoint.id.clone(),
+            reason: reason.to_owned(),
+        };
+        self.announce(&event, endpoint.version, now).await
     }
 
     /// Endpoint health after an attempt: the first failure with no 2xx since
@@ -330,6 +384,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     "no 2xx answer since {} (WEBHOOKS_DISABLE_AFTER)",
                     since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 );
+                self.announce_disabled(endpoint, &reason, now).await?;
                 self.store
                     .disable_endpoint(&endpoint.app_id, &endpoint.id, &reason, now)
                     .await?;

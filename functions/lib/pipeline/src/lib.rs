@@ -16,6 +16,8 @@
 //! - [`recover`]: retry one failed delivery, or an endpoint's failed ones in a
 //!   time window (bulk recover).
 //! - [`sender`]: the reqwest HTTP sender with the private-address guard.
+//! - [`operational`]: operational webhooks (`endpoint.disabled`, `endpoint.enabled`,
+//!   `delivery.failed`) as events of the reserved app `_operational`.
 //! - [`metrics`]: CloudWatch Embedded Metric Format log lines.
 //! - [`error`]: [`PipelineError`], saying what is retryable.
 //! - `fakes` (feature `fakes`): in-memory ports for unit tests only; every AWS
@@ -29,6 +31,7 @@ pub mod fakes;
 pub mod ingest;
 pub mod messages;
 pub mod metrics;
+pub mod operational;
 pub mod ports;
 pub mod reconcile;
 pub mod recover;
