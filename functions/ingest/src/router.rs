@@ -122,6 +122,7 @@ routes! {
     AppKey endpoints::delete_endpoint,
     AppKey endpoints::rotate_secret,
     AppKey endpoints::recover,
+    AppKey endpoints::endpoint_stats,
     AppKey deliveries::list_deliveries,
     AppKey deliveries::get_delivery,
     AppKey deliveries::retry_delivery,
@@ -305,7 +306,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 21);
+        assert_eq!(routes.len(), 22);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

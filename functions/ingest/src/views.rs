@@ -260,6 +260,16 @@ pub struct DeliveryList {
     pub next_cursor: Option<String>,
 }
 
+/// The window of `GET .../endpoints/{endpoint_id}/stats`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct StatsQuery {
+    /// RFC 3339, at most 31 days ago; counted from the start of its hour.
+    /// Default: 24 hours ago.
+    pub since: Option<String>,
+}
+
 /// Filters of `GET /v1/apps/{app_id}/deliveries` (all optional).
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

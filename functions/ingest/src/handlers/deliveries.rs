@@ -15,7 +15,10 @@ use crate::respond::json;
 use crate::views::{AppPath, DeliveryFilters, DeliveryList, DeliveryOut, DeliveryPath, ErrorBody};
 use crate::Api;
 
-fn parse_time(field: &str, value: Option<&String>) -> Result<Option<DateTime<Utc>>, ApiError> {
+pub(crate) fn parse_time(
+    field: &str,
+    value: Option<&String>,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
     value
         .map(|v| {
             DateTime::parse_from_rfc3339(v)

@@ -7,6 +7,7 @@ use rand::RngCore;
 use hookline_core::ids::{AppId, EndpointId};
 use hookline_core::model::{Endpoint, EventType};
 use hookline_core::signing::Secret;
+use hookline_core::stats::{summarize, EndpointStats};
 use hookline_pipeline::operational::{self, Operational};
 use hookline_pipeline::ports::Store;
 use hookline_pipeline::recover::{recover_endpoint, RecoverReport, RecoverRequest};
@@ -19,7 +20,7 @@ use crate::error::ApiError;
 use crate::respond::{json, no_content};
 use crate::views::{
     AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath, ErrorBody, RotateSecret,
-    UpdateEndpoint, MASKED_HEADER_VALUE,
+    StatsQuery, UpdateEndpoint, MASKED_HEADER_VALUE,
 };
 use crate::Api;
 
@@ -322,6 +323,36 @@ pub async fn recover<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let report =
         recover_endpoint(&api.store, &endpoint.app_id, &endpoint.id, &req, call.now).await?;
     Ok(json(StatusCode::ACCEPTED, &report))
+}
+
+/// Longest window of a stats request (one counter item per hour).
+const STATS_WINDOW_MAX_DAYS: i64 = 31;
+
+/// The endpoint's health since `since`: deliveries ended delivered and
+/// failed, deliveries waiting for a retry now, success rate, and latency
+/// percentiles of the requests sent, from counters deliver keeps per hour
+/// (one item per hour read; never a scan).
+#[utoipa::path(get, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/stats", tag = "endpoints",
+    params(EndpointPath, StatsQuery),
+    responses((status = 200, body = EndpointStats), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn endpoint_stats<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    let query: StatsQuery = call.query()?;
+    let since = crate::handlers::deliveries::parse_time("since", query.since.as_ref())?
+        .unwrap_or(call.now - chrono::TimeDelta::hours(24));
+    if since < call.now - chrono::TimeDelta::days(STATS_WINDOW_MAX_DAYS) || since > call.now {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("since: within the last {STATS_WINDOW_MAX_DAYS} days"),
+        ));
+    }
+    let endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
+    let (hours, waiting) = api
+        .store
+        .endpoint_stats(&endpoint.app_id, &endpoint.id, since)
+        .await?;
+    Ok(json(StatusCode::OK, &summarize(since, &hours, waiting)))
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 //! | delivery | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
+//! | endpoint stats, per hour | `STATS#{app}#{endpoint}` | `H#{hour}` | | |
+//! | endpoint's waiting gauge | `STATS#{app}#{endpoint}` | `WAITING` | | |
 //!
 //! An event lists its fan-out (`targets`, up to `FANOUT_LIST_MAX` endpoints):
 //! its deliveries have no item until their first attempt's outcome writes one
@@ -93,6 +95,27 @@ pub fn api_key_pk(id: &ApiKeyId) -> String {
 pub const API_KEY_SK: &str = "KEY";
 pub fn api_keys_of_app(app: &AppId) -> String {
     format!("KEYS#{app}")
+}
+
+pub const KIND_STATS: &str = "stats";
+/// An endpoint's stats partition: its hours (`H#{hour}`), then its
+/// waiting gauge (`WAITING` sorts after every `H#`).
+pub fn stats_pk(app: &AppId, endpoint: &EndpointId) -> String {
+    format!("STATS#{app}#{endpoint}")
+}
+pub fn stats_hour_sk(hour: DateTime<Utc>) -> String {
+    format!("H#{}", due_time(hour))
+}
+pub const STATS_WAITING_SK: &str = "WAITING";
+/// Attribute names of an hour's counters (short: they are in every item).
+pub const STATS_DELIVERED: &str = "d";
+pub const STATS_FAILED: &str = "f";
+pub const STATS_ATTEMPTS: &str = "a";
+pub const STATS_ATTEMPTS_OK: &str = "ok";
+pub const STATS_WAITING: &str = "w";
+/// The attribute of latency bucket `i`.
+pub fn stats_latency_attr(i: usize) -> String {
+    format!("l{i}")
 }
 
 /// FNV-1a of the id, modulo [`SHARDS`]: stable across processes and versions.

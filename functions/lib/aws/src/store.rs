@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
+use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Overdue, Result,
     Store, StoredEvent, Sweep,
@@ -677,6 +678,154 @@ impl Store for DynamoStore {
             .set_item(Some(item));
         let result = versioned(request, expected_version).send().await;
         condition_to_bool(result, "PutItem")
+    }
+
+    async fn add_endpoint_stats(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        hour: DateTime<Utc>,
+        delta: &StatsDelta,
+    ) -> Result<()> {
+        let pk = stats_pk(app, id);
+        let mut counters: Vec<(String, u64)> = [
+            (STATS_DELIVERED, delta.delivered),
+            (STATS_FAILED, delta.failed),
+            (STATS_ATTEMPTS, delta.attempts),
+            (STATS_ATTEMPTS_OK, delta.attempts_ok),
+        ]
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect();
+        counters.extend(
+            delta
+                .latency
+                .iter()
+                .map(|(bucket, n)| (stats_latency_attr(*bucket), *n)),
+        );
+        counters.retain(|(_, n)| *n > 0);
+        let retention =
+            chrono::Duration::from_std(self.retention).map_err(|e| corrupt("retention", e))?;
+        // One counter update per item; ADD creates what is missing.
+        let update = |sk: String, adds: Vec<(String, i64)>, expires: DateTime<Utc>| {
+            let mut expression = String::from("SET kind = :kind, expires_at = :exp ADD ");
+            let mut request = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(Self::key(pk.clone(), &sk)))
+                .expression_attribute_values(":kind", s(KIND_STATS))
+                .expression_attribute_values(
+                    ":exp",
+                    AttributeValue::N(expires.timestamp().to_string()),
+                );
+            for (i, (name, n)) in adds.iter().enumerate() {
+                if i > 0 {
+                    expression.push_str(", ");
+                }
+                expression.push_str(&format!("#c{i} :c{i}"));
+                request = request
+                    .expression_attribute_names(format!("#c{i}"), name)
+                    .expression_attribute_values(
+                        format!(":c{i}"),
+                        AttributeValue::N(n.to_string()),
+                    );
+            }
+            request.update_expression(expression)
+        };
+        if !counters.is_empty() {
+            let adds = counters
+                .into_iter()
+                .map(|(name, n)| {
+                    Ok((
+                        name,
+                        i64::try_from(n).map_err(|e| corrupt("stats count", e))?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let request = update(stats_hour_sk(hour), adds, hour + retention);
+            let _g = self.guard().await;
+            request
+                .send()
+                .await
+                .map_err(|e| store_error("UpdateItem", e))?;
+        }
+        if delta.waiting != 0 {
+            let request = update(
+                STATS_WAITING_SK.to_owned(),
+                vec![(STATS_WAITING.to_owned(), delta.waiting)],
+                Utc::now() + retention,
+            );
+            let _g = self.guard().await;
+            request
+                .send()
+                .await
+                .map_err(|e| store_error("UpdateItem", e))?;
+        }
+        Ok(())
+    }
+
+    async fn endpoint_stats(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        since: DateTime<Utc>,
+    ) -> Result<(Vec<StatsDelta>, i64)> {
+        let from = stats_hour_sk(hookline_core::stats::hour_of(since));
+        let count = |item: &HashMap<String, AttributeValue>, name: &str| -> Result<i64> {
+            match item.get(name) {
+                None => Ok(0),
+                Some(v) => v
+                    .as_n()
+                    .ok()
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .ok_or_else(|| corrupt("stats counter", format!("{name} is not a number"))),
+            }
+        };
+        let unsigned = |n: i64| u64::try_from(n.max(0)).expect("non-negative");
+        let mut hours = Vec::new();
+        let mut waiting = 0;
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let _g = self.guard().await;
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND SK >= :from")
+                .expression_attribute_values(":pk", s(stats_pk(app, id)))
+                .expression_attribute_values(":from", s(from.clone()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            for item in page.items.unwrap_or_default() {
+                let sk = item.get(SK).and_then(|v| v.as_s().ok()).map(String::as_str);
+                if sk == Some(STATS_WAITING_SK) {
+                    waiting = count(&item, STATS_WAITING)?;
+                    continue;
+                }
+                let mut hour = StatsDelta {
+                    delivered: unsigned(count(&item, STATS_DELIVERED)?),
+                    failed: unsigned(count(&item, STATS_FAILED)?),
+                    attempts: unsigned(count(&item, STATS_ATTEMPTS)?),
+                    attempts_ok: unsigned(count(&item, STATS_ATTEMPTS_OK)?),
+                    ..StatsDelta::default()
+                };
+                for bucket in 0..hookline_core::stats::LATENCY_BUCKETS {
+                    let n = unsigned(count(&item, &stats_latency_attr(bucket))?);
+                    if n > 0 {
+                        hour.latency.insert(bucket, n);
+                    }
+                }
+                hours.push(hour);
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        Ok((hours, waiting))
     }
 
     async fn disable_endpoint(

@@ -11,6 +11,8 @@
 //!   response classification.
 //! - [`signing`]: [`Secret`](signing::Secret) and the full signed header set of
 //!   a message for both schemes (via `hookline-verify`'s scheme functions).
+//! - [`stats`]: endpoint statistics per hour (counts, latency histogram) and
+//!   their summary (success rate, p50/p95/p99).
 //! - [`apikey`]: app-scoped API keys (`<key id>.<secret>`, stored as SHA-256).
 //! - [`error`]: [`CoreError`], and [`Chain`](error::Chain) to log an error with its causes.
 //! - [`sync`]: a poison-tolerant `lock` for in-process state.
@@ -21,6 +23,7 @@ pub mod ids;
 pub mod model;
 pub mod retry;
 pub mod signing;
+pub mod stats;
 pub mod sync;
 
 pub use error::CoreError;

@@ -28,6 +28,8 @@ use crate::metrics::{self, Outcome};
 use crate::operational::{self, Operational};
 use crate::ports::{OutgoingRequest, Queue, Sender, Store};
 use crate::{PipelineError, Settings};
+use hookline_core::stats::StatsDelta;
+use hookline_core::sync::lock;
 
 /// What handling one message did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +56,9 @@ pub struct Deliverer<S, Q, H> {
     pub sender: H,
     pub settings: Settings,
     endpoint_cache: Mutex<HashMap<EndpointId, (Instant, Option<Endpoint>)>>,
+    /// Endpoint stats of the batch being handled, added to the store once
+    /// per endpoint at its end.
+    stats: Mutex<HashMap<(AppId, EndpointId), StatsDelta>>,
     rng: Mutex<StdRng>,
     clock: fn() -> DateTime<Utc>,
 }
@@ -72,6 +77,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             sender,
             settings,
             endpoint_cache: Mutex::new(HashMap::new()),
+            stats: Mutex::new(HashMap::new()),
             rng: Mutex::new(StdRng::from_entropy()),
             clock: Utc::now,
         }
@@ -105,7 +111,25 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             })
             .collect();
         failed.sort_unstable();
+        self.flush_stats().await;
         failed
+    }
+
+    /// Adds the stats gathered since the last flush to the store, one
+    /// update per endpoint. Counters only: a failed write is logged and the
+    /// batch's messages are unaffected.
+    pub async fn flush_stats(&self) {
+        let gathered = std::mem::take(&mut *lock(&self.stats));
+        let hour = hookline_core::stats::hour_of((self.clock)());
+        for ((app, endpoint), delta) in gathered {
+            if let Err(err) = self
+                .store
+                .add_endpoint_stats(&app, &endpoint, hour, &delta)
+                .await
+            {
+                tracing::warn!(endpoint_id = %endpoint, error = %hookline_core::error::Chain(&err), "endpoint stats not recorded");
+            }
+        }
     }
 
     /// Parses and handles one message body.
@@ -156,6 +180,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
         let expected_version = delivery.version;
         let number = delivery.next_attempt_number();
+        let waiting_before = delivery.attempt_count > 0;
+        // The request sent, if one was: answered 2xx, latency (ms).
+        let mut sent = None;
         let endpoint = self
             .endpoint(&delivery.app_id, &delivery.endpoint_id)
             .await?;
@@ -210,6 +237,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                         result.body_prefix.as_deref(),
                     );
                     let latency_ms = attempt.latency_ms;
+                    if !result.blocked {
+                        let ok = result.status.is_some_and(|s| (200..300).contains(&s));
+                        sent = Some((ok, latency_ms));
+                    }
                     let transition = if result.blocked {
                         delivery.fail_now(attempt)?
                     } else {
@@ -267,6 +298,22 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         {
             tracing::warn!(delivery_id = %delivery.id, attempt = number, "attempt raced with another writer; result dropped");
             return Ok(DeliverOutcome::Stale);
+        }
+        {
+            let mut stats = lock(&self.stats);
+            let delta = stats
+                .entry((delivery.app_id.clone(), delivery.endpoint_id.clone()))
+                .or_default();
+            if let Some((ok, latency)) = sent {
+                delta.attempt(ok, latency);
+            }
+            match &transition {
+                Transition::Delivered => delta.delivered += 1,
+                Transition::Failed { .. } => delta.failed += 1,
+                Transition::Retry { .. } => {}
+            }
+            let waiting_after = matches!(transition, Transition::Retry { .. });
+            delta.waiting += i64::from(waiting_after) - i64::from(waiting_before);
         }
         let last = delivery.attempts.last();
         let status_code = last.and_then(|a| a.status_code);

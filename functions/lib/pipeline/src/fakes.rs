@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
+use hookline_core::stats::StatsDelta;
 
 use crate::messages::DeliveryMessage;
 use crate::ports::*;
@@ -49,6 +50,8 @@ struct StoreState {
     sweep_mark: Option<EventId>,
     idempotency: HashMap<(AppId, String), IdempotencyRecord>,
     api_keys: HashMap<ApiKeyId, ApiKey>,
+    /// Per endpoint: its hours' counts and its waiting gauge.
+    stats: HashMap<EndpointId, (std::collections::BTreeMap<DateTime<Utc>, StatsDelta>, i64)>,
 }
 
 /// An in-memory [`Store`].
@@ -156,6 +159,34 @@ impl Store for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+    async fn add_endpoint_stats(
+        &self,
+        _app: &AppId,
+        id: &EndpointId,
+        hour: DateTime<Utc>,
+        delta: &StatsDelta,
+    ) -> Result<()> {
+        let mut s = lock(&self.state);
+        let (hours, waiting) = s.stats.entry(id.clone()).or_default();
+        hours.entry(hour).or_default().merge(delta);
+        *waiting += delta.waiting;
+        Ok(())
+    }
+    async fn endpoint_stats(
+        &self,
+        _app: &AppId,
+        id: &EndpointId,
+        since: DateTime<Utc>,
+    ) -> Result<(Vec<StatsDelta>, i64)> {
+        let s = lock(&self.state);
+        Ok(s.stats.get(id).map_or((Vec::new(), 0), |(hours, waiting)| {
+            let from = hookline_core::stats::hour_of(since);
+            (
+                hours.range(from..).map(|(_, d)| d.clone()).collect(),
+                *waiting,
+            )
+        }))
     }
     async fn disable_endpoint(
         &self,

@@ -10,6 +10,7 @@ use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Event};
 use hookline_core::signing::SignedHeaders;
+use hookline_core::stats::StatsDelta;
 
 use crate::messages::DeliveryMessage;
 use crate::PipelineError;
@@ -204,6 +205,25 @@ pub trait Store: Send + Sync {
         endpoint: &Endpoint,
         expected_version: u64,
     ) -> impl Future<Output = Result<bool>> + Send;
+    /// Adds `delta` to endpoint `id`'s counts of the hour starting at
+    /// `hour` ([`hookline_core::stats`]), and its `waiting` to the
+    /// endpoint's gauge of deliveries waiting for a retry. Counters, not
+    /// records: never read to decide a delivery.
+    fn add_endpoint_stats(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        hour: DateTime<Utc>,
+        delta: &StatsDelta,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Endpoint `id`'s counts of every hour from the one holding `since`
+    /// on, and its waiting gauge.
+    fn endpoint_stats(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        since: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(Vec<StatsDelta>, i64)>> + Send;
     /// Disables an endpoint with a reason (e.g. it answered 410 Gone),
     /// bumping its version; a deleted endpoint stays deleted.
     fn disable_endpoint(
