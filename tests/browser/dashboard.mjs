@@ -175,12 +175,51 @@ async function main() {
   await page.selectOption("#f-status", "");
   await page.waitForFunction(() => document.querySelectorAll("#rows tr.delivery").length === 5);
   await page.waitForFunction(() => document.querySelector("#count-delivered").textContent === "3");
+
+  // Endpoint health: per endpoint its state, success rate and a chart of
+  // the last 24 hours, from the stats route.
+  const flakyId = flakyEp.body.id;
+  const row = `#endpoints tr.endpoint[data-id="${flakyId}"]`;
+  await page.waitForFunction((r) => {
+    const rate = document.querySelector(r + " td.rate");
+    return rate && rate.textContent === "25%";
+  }, row, { timeout: 30_000 });
+  check(true, "the flaky endpoint's success rate: 25% (3 failed, then 1 delivered)");
+  await page.waitForFunction(() => [...document.querySelectorAll("#endpoints td.rate")].some((t) => t.textContent === "100%"));
+  check(true, "the healthy endpoint's success rate: 100%");
+  const bars = await page.locator(`${row} svg.chart rect.bad`).count();
+  check(bars >= 1, "the chart shows the failures (" + bars + " red bar)");
+  check((await page.textContent(row + " td.latency")).includes("ms"), "latency p50 / p95 shown: " + await page.textContent(row + " td.latency"));
+  const stats = await call("GET", `/v1/apps/${APP}/endpoints/${flakyId}/stats`);
+  check(stats.body.failed === 3 && stats.body.delivered === 1 && stats.body.attempts === 7,
+    "the stats route agrees (3 failed, 1 delivered, 7 requests)");
+
+  // Disable and enable with a click.
+  await page.click(`${row} button.toggle`);
+  await page.waitForFunction((r) => document.querySelector(r)?.dataset.disabled === "true", row);
+  check((await page.textContent(row)).includes("disabled by an operator"), "disabled by a click, reason shown");
+  check((await call("GET", `/v1/apps/${APP}/endpoints/${flakyId}`)).body.disabled === true, "the API agrees it is disabled");
+  await page.click(`${row} button.toggle`);
+  await page.waitForFunction((r) => document.querySelector(r)?.dataset.disabled === "false", row);
+  check((await call("GET", `/v1/apps/${APP}/endpoints/${flakyId}`)).body.disabled === false, "enabled again by a click");
+
+  // Resend a delivered delivery (same webhook-id) with a click.
+  const hitsBefore = flaky.state.hits;
+  await page.click(`#rows button.resend[data-id="${target}"]`);
+  await until("the resend to arrive", async () => flaky.state.hits > hitsBefore, 30_000);
+  const resent = await until("the resend to be recorded", async () => {
+    const r = await call("GET", `/v1/apps/${APP}/deliveries/${target}`);
+    return r.body.status === "delivered" && r.body.manual_retries === 2 ? r.body : null;
+  }, 30_000);
+  check(resent.total_attempts === 4, "resent by a click: attempt 4 of its life, delivered again");
+  await page.waitForFunction(() => document.querySelector("#detail .badge")?.textContent === "delivered");
+
   const shot = path.join(outDir, "dashboard.png");
   await page.screenshot({ path: shot, fullPage: true });
   check(true, "screenshot saved: " + shot);
   check(consoleErrors.length === 0, "no console errors" + (consoleErrors.length ? ": " + consoleErrors.join("; ") : ""));
   writeFileSync(path.join(outDir, "dashboard.txt"),
-    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; screenshot ${shot}\n`);
+    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, resend by click; screenshot ${shot}\n`);
 }
 
 let failed = false;

@@ -770,7 +770,7 @@ impl Store for DynamoStore {
         app: &AppId,
         id: &EndpointId,
         since: DateTime<Utc>,
-    ) -> Result<(Vec<StatsDelta>, i64)> {
+    ) -> Result<(Vec<(DateTime<Utc>, StatsDelta)>, i64)> {
         let from = stats_hour_sk(hookline_core::stats::hour_of(since));
         let count = |item: &HashMap<String, AttributeValue>, name: &str| -> Result<i64> {
             match item.get(name) {
@@ -805,6 +805,11 @@ impl Store for DynamoStore {
                     waiting = count(&item, STATS_WAITING)?;
                     continue;
                 }
+                let at = sk
+                    .and_then(|sk| sk.strip_prefix("H#"))
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&Utc))
+                    .ok_or_else(|| corrupt("stats hour", format!("sort key {sk:?}")))?;
                 let mut hour = StatsDelta {
                     delivered: unsigned(count(&item, STATS_DELIVERED)?),
                     failed: unsigned(count(&item, STATS_FAILED)?),
@@ -818,7 +823,7 @@ impl Store for DynamoStore {
                         hour.latency.insert(bucket, n);
                     }
                 }
-                hours.push(hour);
+                hours.push((at, hour));
             }
             match page.last_evaluated_key {
                 Some(key) if !key.is_empty() => start = Some(key),

@@ -93,6 +93,18 @@ pub struct Percentiles {
     pub p99: Option<u64>,
 }
 
+/// One hour of an endpoint's stats (the dashboard's chart).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HourStats {
+    /// Start of the hour.
+    pub hour: DateTime<Utc>,
+    pub delivered: u64,
+    pub failed: u64,
+    pub attempts: u64,
+    pub attempts_ok: u64,
+}
+
 /// The answer of `GET .../endpoints/{id}/stats`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -113,12 +125,18 @@ pub struct EndpointStats {
     pub attempts_ok: u64,
     /// Of the requests sent.
     pub latency_ms: Percentiles,
+    /// The hours with any activity, oldest first.
+    pub hours: Vec<HourStats>,
 }
 
 /// The summary of an endpoint's hours since `since`, with its waiting gauge.
-pub fn summarize(since: DateTime<Utc>, hours: &[StatsDelta], waiting: i64) -> EndpointStats {
+pub fn summarize(
+    since: DateTime<Utc>,
+    hours: &[(DateTime<Utc>, StatsDelta)],
+    waiting: i64,
+) -> EndpointStats {
     let mut total = StatsDelta::default();
-    for hour in hours {
+    for (_, hour) in hours {
         total.merge(hour);
     }
     let ended = total.delivered + total.failed;
@@ -148,6 +166,16 @@ pub fn summarize(since: DateTime<Utc>, hours: &[StatsDelta], waiting: i64) -> En
             p95: percentile(0.95),
             p99: percentile(0.99),
         },
+        hours: hours
+            .iter()
+            .map(|(hour, d)| HourStats {
+                hour: *hour,
+                delivered: d.delivered,
+                failed: d.failed,
+                attempts: d.attempts,
+                attempts_ok: d.attempts_ok,
+            })
+            .collect(),
     }
 }
 
@@ -183,8 +211,11 @@ mod tests {
         }
         b.failed = 2;
         b.waiting = 3;
-        let since = "2026-12-03T10:20:00Z".parse().unwrap();
-        let s = summarize(since, &[a, b], 3);
+        let since: DateTime<Utc> = "2026-12-03T10:20:00Z".parse().unwrap();
+        let h10 = since - TimeDelta::minutes(20);
+        let s = summarize(since, &[(h10, a), (h10 + TimeDelta::hours(1), b)], 3);
+        assert_eq!(s.hours.len(), 2);
+        assert_eq!((s.hours[1].attempts, s.hours[1].failed), (10, 2));
         assert_eq!(s.since.to_rfc3339(), "2026-12-03T10:00:00+00:00");
         assert_eq!((s.delivered, s.failed, s.pending), (92 - 2, 2, 3));
         assert_eq!((s.attempts, s.attempts_ok), (100, 90));

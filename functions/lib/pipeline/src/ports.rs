@@ -217,13 +217,13 @@ pub trait Store: Send + Sync {
         delta: &StatsDelta,
     ) -> impl Future<Output = Result<()>> + Send;
     /// Endpoint `id`'s counts of every hour from the one holding `since`
-    /// on, and its waiting gauge.
+    /// on (oldest first, with the hour's start), and its waiting gauge.
     fn endpoint_stats(
         &self,
         app: &AppId,
         id: &EndpointId,
         since: DateTime<Utc>,
-    ) -> impl Future<Output = Result<(Vec<StatsDelta>, i64)>> + Send;
+    ) -> impl Future<Output = Result<(Vec<(DateTime<Utc>, StatsDelta)>, i64)>> + Send;
     /// Disables an endpoint with a reason (e.g. it answered 410 Gone),
     /// bumping its version; a deleted endpoint stays deleted.
     fn disable_endpoint(
