@@ -183,7 +183,7 @@ impl Store for MemoryStore {
         Ok(s.stats.get(id).map_or((Vec::new(), 0), |(hours, waiting)| {
             let from = hookline_core::stats::hour_of(since);
             (
-                hours.range(from..).map(|(_, d)| d.clone()).collect(),
+                hours.range(from..).map(|(h, d)| (*h, d.clone())).collect(),
                 *waiting,
             )
         }))
