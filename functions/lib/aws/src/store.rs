@@ -15,8 +15,8 @@ use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
 use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
-    CommitOutcome, DeliveryPage, DeliveryQuery, IdempotencyRecord, NewEvent, Overdue, Result,
-    Store, StoredEvent, Sweep,
+    CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, IdempotencyRecord, NewEvent,
+    Overdue, Result, Store, StoredEvent, Sweep,
 };
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
@@ -770,7 +770,7 @@ impl Store for DynamoStore {
         app: &AppId,
         id: &EndpointId,
         since: DateTime<Utc>,
-    ) -> Result<(Vec<(DateTime<Utc>, StatsDelta)>, i64)> {
+    ) -> Result<EndpointHours> {
         let from = stats_hour_sk(hookline_core::stats::hour_of(since));
         let count = |item: &HashMap<String, AttributeValue>, name: &str| -> Result<i64> {
             match item.get(name) {

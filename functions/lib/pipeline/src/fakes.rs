@@ -178,7 +178,7 @@ impl Store for MemoryStore {
         _app: &AppId,
         id: &EndpointId,
         since: DateTime<Utc>,
-    ) -> Result<(Vec<(DateTime<Utc>, StatsDelta)>, i64)> {
+    ) -> Result<EndpointHours> {
         let s = lock(&self.state);
         Ok(s.stats.get(id).map_or((Vec::new(), 0), |(hours, waiting)| {
             let from = hookline_core::stats::hour_of(since);

@@ -183,6 +183,10 @@ pub struct DeliveryPage {
 }
 
 /// The persistent state: endpoints, events, deliveries, idempotency keys.
+/// An endpoint's stats hours (start, counts; oldest first) and its
+/// waiting gauge.
+pub type EndpointHours = (Vec<(DateTime<Utc>, StatsDelta)>, i64);
+
 pub trait Store: Send + Sync {
     /// Every endpoint of an app (enabled or not), secrets opened.
     fn list_endpoints(&self, app: &AppId) -> impl Future<Output = Result<Vec<Endpoint>>> + Send;
@@ -223,7 +227,7 @@ pub trait Store: Send + Sync {
         app: &AppId,
         id: &EndpointId,
         since: DateTime<Utc>,
-    ) -> impl Future<Output = Result<(Vec<(DateTime<Utc>, StatsDelta)>, i64)>> + Send;
+    ) -> impl Future<Output = Result<EndpointHours>> + Send;
     /// Disables an endpoint with a reason (e.g. it answered 410 Gone),
     /// bumping its version; a deleted endpoint stays deleted.
     fn disable_endpoint(
