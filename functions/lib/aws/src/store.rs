@@ -382,6 +382,42 @@ impl DynamoStore {
         Ok(out)
     }
 
+    /// Every item a base-table query finds, page after page: `build` sets
+    /// its key condition and options on a query of the table.
+    async fn query_all(
+        &self,
+        build: impl Fn(
+            aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let _g = self.guard().await;
+            let page = build(self.client.query().table_name(&self.table))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            out.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// The query of an app's endpoint items.
+    fn endpoints_of(
+        query: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        app: &AppId,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        query
+            .key_condition_expression("PK = :pk AND begins_with(SK, :ep)")
+            .expression_attribute_values(":pk", s(app_pk(app)))
+            .expression_attribute_values(":ep", s("EP#"))
+    }
+
     /// Up to `limit` GSI3 entries of partition `pk` with sort keys after
     /// `after` (exclusive; `""`: from the start) and below `below`, oldest
     /// first, each as `decode` reads it. An entry `decode` cannot read
@@ -590,70 +626,36 @@ enum TransactFailure {
 
 impl Store for DynamoStore {
     async fn list_endpoints(&self, app: &AppId) -> Result<Vec<Endpoint>> {
-        let mut out = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let _g = self.guard().await;
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk AND begins_with(SK, :ep)")
-                .expression_attribute_values(":pk", s(app_pk(app)))
-                .expression_attribute_values(":ep", s("EP#"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| store_error("Query", e))?;
-            let items = page.items.unwrap_or_default();
-            if let Some(sealer) = &self.sealer {
-                sealer
-                    .prefetch(items.iter().flat_map(stored_secrets))
-                    .await?;
-            }
-            for item in items {
-                out.push(self.endpoint_from_sdk(item).await?);
-            }
-            match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(out),
-            }
+        let items = self
+            .query_all(|q| Self::endpoints_of(q, app).consistent_read(true))
+            .await?;
+        if let Some(sealer) = &self.sealer {
+            sealer
+                .prefetch(items.iter().flat_map(stored_secrets))
+                .await?;
         }
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(self.endpoint_from_sdk(item).await?);
+        }
+        Ok(out)
     }
 
     async fn list_routes(&self, app: &AppId) -> Result<Vec<EndpointRoute>> {
-        let mut out = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let _g = self.guard().await;
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk AND begins_with(SK, :ep)")
-                .expression_attribute_values(":pk", s(app_pk(app)))
-                .expression_attribute_values(":ep", s("EP#"))
+        self.query_all(|q| {
+            Self::endpoints_of(q, app)
                 .projection_expression("#id, #types, #disabled")
                 .expression_attribute_names("#id", "id")
                 .expression_attribute_names("#types", "event_types")
                 .expression_attribute_names("#disabled", "disabled")
                 .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| store_error("Query", e))?;
-            for item in page.items.unwrap_or_default() {
-                out.push(
-                    serde_dynamo::from_item(Item::from(item))
-                        .map_err(|e| corrupt("endpoint item", e))?,
-                );
-            }
-            match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => return Ok(out),
-            }
-        }
+        })
+        .await?
+        .into_iter()
+        .map(|item| {
+            serde_dynamo::from_item(Item::from(item)).map_err(|e| corrupt("endpoint item", e))
+        })
+        .collect()
     }
 
     async fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>> {
@@ -785,50 +787,38 @@ impl Store for DynamoStore {
         let unsigned = |n: i64| u64::try_from(n.max(0)).expect("non-negative");
         let mut hours = Vec::new();
         let mut waiting = 0;
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let _g = self.guard().await;
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("PK = :pk AND SK >= :from")
-                .expression_attribute_values(":pk", s(stats_pk(app, id)))
-                .expression_attribute_values(":from", s(from.clone()))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| store_error("Query", e))?;
-            for item in page.items.unwrap_or_default() {
-                let sk = item.get(SK).and_then(|v| v.as_s().ok()).map(String::as_str);
-                if sk == Some(STATS_WAITING_SK) {
-                    waiting = count(&item, STATS_WAITING)?;
-                    continue;
-                }
-                let at = sk
-                    .and_then(|sk| sk.strip_prefix("H#"))
-                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                    .map(|t| t.with_timezone(&Utc))
-                    .ok_or_else(|| corrupt("stats hour", format!("sort key {sk:?}")))?;
-                let mut hour = StatsDelta {
-                    delivered: unsigned(count(&item, STATS_DELIVERED)?),
-                    failed: unsigned(count(&item, STATS_FAILED)?),
-                    attempts: unsigned(count(&item, STATS_ATTEMPTS)?),
-                    attempts_ok: unsigned(count(&item, STATS_ATTEMPTS_OK)?),
-                    ..StatsDelta::default()
-                };
-                for bucket in 0..hookline_core::stats::LATENCY_BUCKETS {
-                    let n = unsigned(count(&item, &stats_latency_attr(bucket))?);
-                    if n > 0 {
-                        hour.latency.insert(bucket, n);
-                    }
-                }
-                hours.push((at, hour));
+        let items = self
+            .query_all(|q| {
+                q.key_condition_expression("PK = :pk AND SK >= :from")
+                    .expression_attribute_values(":pk", s(stats_pk(app, id)))
+                    .expression_attribute_values(":from", s(from.clone()))
+            })
+            .await?;
+        for item in items {
+            let sk = item.get(SK).and_then(|v| v.as_s().ok()).map(String::as_str);
+            if sk == Some(STATS_WAITING_SK) {
+                waiting = count(&item, STATS_WAITING)?;
+                continue;
             }
-            match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
-                _ => break,
+            let at = sk
+                .and_then(|sk| sk.strip_prefix("H#"))
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&Utc))
+                .ok_or_else(|| corrupt("stats hour", format!("sort key {sk:?}")))?;
+            let mut hour = StatsDelta {
+                delivered: unsigned(count(&item, STATS_DELIVERED)?),
+                failed: unsigned(count(&item, STATS_FAILED)?),
+                attempts: unsigned(count(&item, STATS_ATTEMPTS)?),
+                attempts_ok: unsigned(count(&item, STATS_ATTEMPTS_OK)?),
+                ..StatsDelta::default()
+            };
+            for bucket in 0..hookline_core::stats::LATENCY_BUCKETS {
+                let n = unsigned(count(&item, &stats_latency_attr(bucket))?);
+                if n > 0 {
+                    hour.latency.insert(bucket, n);
+                }
             }
+            hours.push((at, hour));
         }
         Ok((hours, waiting))
     }
