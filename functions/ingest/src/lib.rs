@@ -261,9 +261,25 @@ mod tests {
             .to_str()
             .unwrap()
             .starts_with("text/html"));
-        assert!(response.headers()["content-security-policy"]
+        let csp = response.headers()["content-security-policy"]
             .to_str()
             .unwrap()
-            .contains("connect-src 'self'"));
+            .to_owned();
+        assert!(csp.contains("connect-src 'self'"), "{csp}");
+        // No inline script: the script is its own file from the same origin.
+        assert!(csp.contains("script-src 'self';"), "{csp}");
+        let Body::Text(page) = response.body() else {
+            panic!("the page is text")
+        };
+        assert!(page.contains(r#"<script src="/dashboard/app.js"></script>"#));
+        assert_eq!(page.matches("<script").count(), 1, "no inline script");
+        let request = apigw::http_request("GET", "/dashboard/app.js", &[], None).unwrap();
+        let response = answer(&api, request).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript"));
+        assert!(response.headers().contains_key("content-security-policy"));
     }
 }

@@ -112,6 +112,7 @@ routes! {
     Public meta::health,
     Public meta::openapi,
     Public meta::dashboard,
+    Public meta::dashboard_script,
     AppKey events::create_event,
     AppKey events::create_event_batch,
     AppKey events::get_event,
@@ -306,7 +307,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 22);
+        assert_eq!(routes.len(), 23);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

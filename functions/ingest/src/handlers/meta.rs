@@ -37,3 +37,10 @@ pub async fn openapi<S, Q>(_api: &Api<S, Q>, call: Call<'_>) -> Answer {
 pub async fn dashboard<S, Q>(_api: &Api<S, Q>, _call: Call<'_>) -> Answer {
     Ok(crate::dashboard::page())
 }
+
+/// The dashboard's script (the page's policy allows no inline script).
+#[utoipa::path(get, path = "/dashboard/app.js", tag = "meta",
+    responses((status = 200, description = "JavaScript", content_type = "text/javascript")))]
+pub async fn dashboard_script<S, Q>(_api: &Api<S, Q>, _call: Call<'_>) -> Answer {
+    Ok(crate::dashboard::script())
+}

@@ -1,0 +1,327 @@
+// The dashboard's script, served as `GET /dashboard/app.js` so the page's
+// Content-Security-Policy can allow scripts from its own origin only.
+"use strict";
+const $ = (id) => document.getElementById(id);
+const state = { key: sessionStorage.getItem("hookline.key") || "", app: sessionStorage.getItem("hookline.app") || "",
+  cursor: null, items: [], selected: null, endpoints: new Map(), timer: null, admin: false };
+
+// Builds DOM nodes; text is always set as text, never parsed as HTML
+// (response bodies come from receivers and may contain anything).
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+function toast(message, isError) {
+  const t = $("toast");
+  t.textContent = message;
+  t.className = "toast show" + (isError ? " error" : "");
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.className = "toast"; }, 3500);
+}
+
+async function api(method, path, body) {
+  const res = await fetch(path, {
+    method, headers: { "Authorization": "Bearer " + state.key, ...(body ? { "Content-Type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+  if (!res.ok) {
+    const err = new Error((data && data.error && data.error.message) || res.statusText);
+    err.status = res.status; err.code = data && data.error && data.error.code;
+    throw err;
+  }
+  return data;
+}
+
+const appPath = () => "/v1/apps/" + encodeURIComponent(state.app);
+
+function ago(iso) {
+  if (!iso) return "–";
+  const s = Math.round((Date.now() - new Date(iso).getTime()) / 1000);
+  if (s < 5) return "just now";
+  if (s < 60) return s + "s ago";
+  if (s < 3600) return Math.round(s / 60) + "m ago";
+  if (s < 86400) return Math.round(s / 3600) + "h ago";
+  return new Date(iso).toLocaleString();
+}
+
+function badge(status) { return el("span", { class: "badge " + status, text: status }); }
+
+function filterQuery() {
+  const q = new URLSearchParams();
+  const status = $("f-status").value, ep = $("f-endpoint").value, type = $("f-type").value.trim(), after = $("f-after").value;
+  if (status) q.set("status", status);
+  if (ep) q.set("endpoint_id", ep);
+  if (type) q.set("event_type", type);
+  if (after) q.set("created_after", new Date(after).toISOString());
+  return q;
+}
+
+function endpointLabel(id) {
+  const ep = state.endpoints.get(id);
+  if (!ep) return id;
+  return ep.description ? ep.description + " · " + ep.url : ep.url;
+}
+
+function renderRows() {
+  const body = $("rows");
+  body.replaceChildren();
+  if (state.items.length === 0) {
+    body.append(el("tr", {}, el("td", { colspan: "6", class: "empty", text: "No deliveries match." })));
+  }
+  for (const d of state.items) {
+    const retry = d.status === "failed"
+      ? el("button", { class: "ghost small retry", type: "button", "data-id": d.id, onclick: (e) => { e.stopPropagation(); retryDelivery(d.id); } }, "Retry")
+      : d.status === "delivered"
+        ? el("button", { class: "ghost small resend", type: "button", "data-id": d.id, title: "Send it again (same webhook-id)", onclick: (e) => { e.stopPropagation(); retryDelivery(d.id, true); } }, "Resend")
+        : null;
+    const row = el("tr", { class: "delivery" + (state.selected === d.id ? " selected" : ""), "data-id": d.id, "data-status": d.status, onclick: () => select(d.id) },
+      el("td", {}, badge(d.status)),
+      el("td", {}, el("div", { text: d.event_type }), el("div", { class: "mono muted", text: d.id })),
+      el("td", { class: "mono ep", title: endpointLabel(d.endpoint_id), text: endpointLabel(d.endpoint_id) }),
+      el("td", { title: d.total_attempts + " attempts in all", text: d.attempt_count + (d.manual_retries ? " · " + d.manual_retries + "× retried" : "") }),
+      el("td", { class: "muted when", title: d.updated_at, text: ago(d.updated_at) }),
+      el("td", { class: "act" }, retry));
+    body.append(row);
+  }
+  $("page-info").textContent = state.items.length + " shown";
+  $("more").disabled = !state.cursor;
+}
+
+async function loadDeliveries(append) {
+  const q = filterQuery();
+  q.set("limit", "50");
+  if (append && state.cursor) q.set("cursor", state.cursor);
+  const page = await api("GET", appPath() + "/deliveries?" + q.toString());
+  state.items = append ? state.items.concat(page.items) : page.items;
+  state.cursor = page.next_cursor;
+  renderRows();
+}
+
+async function loadCounts() {
+  for (const status of ["pending", "delivered", "failed"]) {
+    const page = await api("GET", appPath() + "/deliveries?limit=500&status=" + status);
+    $("count-" + status).textContent = page.items.length + (page.next_cursor ? "+" : "");
+  }
+}
+
+async function loadDlq() {
+  try {
+    const dlq = await api("GET", "/v1/dlq");
+    state.admin = true;
+    $("dlq-depth").textContent = dlq.depth;
+    $("redrive").disabled = false;
+  } catch (e) {
+    if (e.status !== 403) throw e;
+    state.admin = false;
+    $("dlq-depth").textContent = "admin only";
+    $("redrive").disabled = true;
+  }
+}
+
+async function loadEndpoints() {
+  const list = await api("GET", appPath() + "/endpoints");
+  state.endpoints = new Map(list.items.map((e) => [e.id, e]));
+  const select = $("f-endpoint"), current = select.value;
+  select.replaceChildren(el("option", { value: "" }, "any"),
+    ...list.items.map((e) => el("option", { value: e.id }, e.url + (e.disabled ? " (disabled)" : ""))));
+  select.value = current;
+}
+
+async function select(id) {
+  state.selected = id;
+  renderRows();
+  await renderDetail();
+}
+
+async function renderDetail() {
+  const panel = $("detail");
+  if (!state.selected) return;
+  let d;
+  try { d = await api("GET", appPath() + "/deliveries/" + encodeURIComponent(state.selected)); }
+  catch (e) { panel.replaceChildren(el("div", { class: "empty", text: e.message })); return; }
+  const attempts = (d.attempts || []).slice().reverse();
+  const timeline = el("ol", { class: "timeline", id: "timeline" }, ...attempts.map((a) => {
+    const ok = a.status_code !== null && a.status_code >= 200 && a.status_code < 300;
+    return el("li", { class: ok ? "ok" : "" },
+      el("div", { class: "head" },
+        el("span", { class: "code " + (ok ? "ok" : "bad"), text: a.status_code === null ? "no response" : String(a.status_code) }),
+        el("span", { text: a.latency_ms + " ms" }),
+        el("span", { class: "muted", text: "attempt " + a.attempt + " · " + new Date(a.at).toLocaleString() })),
+      a.error ? el("div", { class: "muted", text: a.error }) : null,
+      a.response_body ? el("pre", { text: a.response_body }) : null);
+  }));
+  panel.replaceChildren(...[
+    el("div", { class: "row", style: "justify-content: space-between; align-items: center; margin-bottom: 10px;" },
+      el("h3", { style: "margin: 0", text: d.event_type }), badge(d.status)),
+    el("dl", { class: "kv" },
+      el("dt", {}, "Delivery"), el("dd", { class: "mono", text: d.id }),
+      el("dt", {}, "Message id"), el("dd", { class: "mono", text: d.message_id }),
+      el("dt", {}, "Event"), el("dd", { class: "mono", text: d.event_id }),
+      el("dt", {}, "Endpoint"), el("dd", { class: "mono", text: endpointLabel(d.endpoint_id) }),
+      el("dt", {}, "Attempts"), el("dd", { text: d.attempt_count + " now, " + d.total_attempts + " in all" }),
+      el("dt", {}, "Next attempt"), el("dd", { text: d.next_attempt_at ? new Date(d.next_attempt_at).toLocaleString() : "–" })),
+    d.status === "failed" ? el("button", { type: "button", id: "detail-retry", onclick: () => retryDelivery(d.id) }, "Retry this delivery") : null,
+    d.status === "delivered" ? el("button", { type: "button", class: "ghost", id: "detail-resend", onclick: () => retryDelivery(d.id, true) }, "Resend (same webhook-id)") : null,
+    el("h4", { text: "Attempts (newest first)" }),
+    attempts.length ? timeline : el("div", { class: "empty", text: "No attempt yet." }),
+  ].filter(Boolean));
+}
+
+async function retryDelivery(id, resend) {
+  const what = resend ? "Resend" : "Retry";
+  try {
+    await api("POST", appPath() + "/deliveries/" + encodeURIComponent(id) + "/retry");
+    toast(what + " queued for " + id);
+  } catch (e) { toast(what + " failed: " + e.message, true); }
+  await refresh();
+}
+
+// SVG nodes (namespaced; attributes set one by one, never parsed).
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "text") node.textContent = v; else node.setAttribute(k, String(v));
+  }
+  for (const c of children) if (c) node.append(c);
+  return node;
+}
+
+// 24 bars, one per hour (oldest left): delivered stacked on failed.
+function hourChart(stats) {
+  const W = 192, H = 36, n = 24, bw = W / n;
+  const now = Date.now(), hour = 3600_000;
+  const start = Math.floor(now / hour) * hour - (n - 1) * hour;
+  const byHour = new Map((stats.hours || []).map((h) => [new Date(h.hour).getTime(), h]));
+  const rows = [...Array(n).keys()].map((i) => byHour.get(start + i * hour) || { delivered: 0, failed: 0 });
+  const max = Math.max(1, ...rows.map((h) => h.delivered + h.failed));
+  const bars = [];
+  rows.forEach((h, i) => {
+    const x = i * bw + 1, w = bw - 2;
+    const hf = (h.failed / max) * (H - 2), hd = (h.delivered / max) * (H - 2);
+    bars.push(svg("rect", { class: "base", x, y: H - 1, width: w, height: 1 }));
+    if (h.failed) bars.push(svg("rect", { class: "bad", x, y: H - 1 - hf, width: w, height: hf },
+      svg("title", { text: h.failed + " failed" })));
+    if (h.delivered) bars.push(svg("rect", { class: "ok", x, y: H - 1 - hf - hd, width: w, height: hd },
+      svg("title", { text: h.delivered + " delivered" })));
+  });
+  const total = rows.reduce((a, h) => [a[0] + h.delivered, a[1] + h.failed], [0, 0]);
+  return svg("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `last 24 hours: ${total[0]} delivered, ${total[1]} failed` }, ...bars);
+}
+
+function pct(rate) { return rate === null || rate === undefined ? "–" : (Math.round(rate * 1000) / 10) + "%"; }
+function ms(v) { return v === null || v === undefined ? "–" : v + " ms"; }
+
+async function loadEndpointHealth() {
+  const eps = [...state.endpoints.values()].slice(0, 20);
+  const stats = await Promise.all(eps.map((e) =>
+    api("GET", appPath() + "/endpoints/" + encodeURIComponent(e.id) + "/stats").catch(() => null)));
+  const body = $("endpoints");
+  body.replaceChildren();
+  if (eps.length === 0) body.append(el("tr", {}, el("td", { colspan: "7", class: "empty", text: "No endpoints." })));
+  eps.forEach((e, i) => {
+    const s = stats[i] || { success_rate: null, latency_ms: {}, pending: null, hours: [] };
+    const toggle = el("button", { class: "ghost small toggle", type: "button", "data-id": e.id,
+      onclick: () => setDisabled(e.id, !e.disabled) }, e.disabled ? "Enable" : "Disable");
+    body.append(el("tr", { class: "endpoint", "data-id": e.id, "data-disabled": String(e.disabled) },
+      el("td", { class: "mono ep", title: e.url, text: endpointLabel(e.id) }),
+      el("td", { title: e.disabled_reason || "" }, badge(e.disabled ? "disabled" : "enabled"),
+        e.disabled_reason ? el("div", { class: "muted reason", text: e.disabled_reason }) : null),
+      el("td", { class: "rate", text: pct(s.success_rate) }),
+      el("td", { class: "latency", text: ms(s.latency_ms.p50) + " / " + ms(s.latency_ms.p95) }),
+      el("td", { class: "waiting", text: s.pending === null ? "–" : String(s.pending) }),
+      el("td", { class: "chart" }, hourChart(s)),
+      el("td", { class: "act" }, toggle)));
+  });
+}
+
+async function setDisabled(id, disabled) {
+  try {
+    await api("PATCH", appPath() + "/endpoints/" + encodeURIComponent(id), { disabled });
+    toast((disabled ? "Disabled " : "Enabled ") + endpointLabel(id));
+  } catch (e) { toast("Change failed: " + e.message, true); }
+  await loadEndpoints();
+  await refresh();
+}
+
+async function redrive() {
+  try {
+    const r = await api("POST", "/v1/dlq/redrive", { max_messages: 1000 });
+    toast("Redrive: " + r.redriven + " restarted, " + r.requeued + " requeued, " + r.received + " looked at");
+  } catch (e) { toast("Redrive failed: " + e.message, true); }
+  await refresh();
+}
+
+let refreshing = false;
+async function refresh() {
+  if (refreshing) return;
+  refreshing = true;
+  try {
+    await loadEndpoints();
+    await Promise.all([loadDeliveries(false), loadCounts(), loadDlq(), loadEndpointHealth()]);
+    if (state.selected) await renderDetail();
+    $("live-dot").className = "dot";
+    $("live-text").textContent = "live · updated " + new Date().toLocaleTimeString();
+  } catch (e) {
+    $("live-dot").className = "dot off";
+    $("live-text").textContent = "error: " + e.message;
+    if (e.status === 401) signOut("The API key was refused.");
+  } finally { refreshing = false; }
+}
+
+async function connect() {
+  try {
+    await loadEndpoints();
+  } catch (e) {
+    $("login-error").textContent = e.status === 401 ? "That API key was refused." : e.status === 403 ? "That key is for another app." : e.message;
+    state.key = ""; sessionStorage.removeItem("hookline.key");
+    return;
+  }
+  sessionStorage.setItem("hookline.key", state.key);
+  sessionStorage.setItem("hookline.app", state.app);
+  $("login").classList.add("hidden");
+  $("app").classList.remove("hidden");
+  $("logout").classList.remove("hidden");
+  await refresh();
+  clearInterval(state.timer);
+  state.timer = setInterval(refresh, 3000);
+}
+
+function signOut(message) {
+  clearInterval(state.timer);
+  state.key = ""; sessionStorage.removeItem("hookline.key");
+  $("app").classList.add("hidden");
+  $("logout").classList.add("hidden");
+  $("login").classList.remove("hidden");
+  $("login-error").textContent = message || "";
+  $("live-dot").className = "dot off";
+  $("live-text").textContent = "not connected";
+}
+
+$("login-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  state.app = $("login-app").value.trim();
+  state.key = $("login-key").value.trim();
+  $("login-key").value = "";
+  connect();
+});
+$("filters").addEventListener("submit", (e) => { e.preventDefault(); state.selected = null; refresh(); });
+$("f-status").addEventListener("change", () => refresh());
+$("f-endpoint").addEventListener("change", () => refresh());
+$("f-clear").addEventListener("click", () => { $("filters").reset(); refresh(); });
+$("more").addEventListener("click", () => loadDeliveries(true).catch((e) => toast(e.message, true)));
+$("redrive").addEventListener("click", redrive);
+$("logout").addEventListener("click", () => signOut());
+$("login-app").value = state.app;
+if (state.key && state.app) connect();
