@@ -248,7 +248,10 @@ async fn change_endpoint<S: Store, Q>(
                 Operational::EndpointDisabled {
                     app_id: endpoint.app_id.clone(),
                     endpoint_id: endpoint.id.clone(),
-                    reason: endpoint.disabled_reason.clone().unwrap_or_default(),
+                    reason: endpoint
+                        .disabled_reason
+                        .clone()
+                        .expect("every change that disables an endpoint gives its reason"),
                 }
             } else {
                 Operational::EndpointEnabled {

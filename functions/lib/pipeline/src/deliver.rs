@@ -266,18 +266,17 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             // The DLQ copy goes first: a crash after it leaves a pending
             // delivery (retried from the queue) plus a copy the redrive skips,
             // never a failed delivery without a copy.
+            let last_error = delivery
+                .attempts
+                .last()
+                .and_then(|a| {
+                    a.error
+                        .clone()
+                        .or_else(|| a.status_code.map(|s| format!("HTTP {s}")))
+                })
+                .unwrap_or_else(|| format!("{reason:?}"));
             let mut copy = message.clone();
-            copy.failure = Some(
-                delivery
-                    .attempts
-                    .last()
-                    .and_then(|a| {
-                        a.error
-                            .clone()
-                            .or_else(|| a.status_code.map(|s| format!("HTTP {s}")))
-                    })
-                    .unwrap_or_else(|| format!("{reason:?}")),
-            );
+            copy.failure = Some(last_error.clone());
             self.queue.send_to_dlq(&copy).await?;
             // Announced before the outcome is written, as the DLQ copy.
             let failed = Operational::DeliveryFailed {
@@ -287,7 +286,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 event_id: delivery.event_id.clone(),
                 event_type: delivery.event_type.to_string(),
                 attempts: delivery.total_attempts,
-                last_error: copy.failure.clone().unwrap_or_default(),
+                last_error,
             };
             self.announce(&failed, u64::from(number), now).await?;
         }
