@@ -538,6 +538,15 @@ impl DynamoStore {
         below: Option<&DeliveryId>,
         limit: i32,
     ) -> Result<Vec<Delivery>> {
+        // BETWEEN is inclusive at both ends: the `below` id itself (a
+        // cursor) may come back and is dropped below, so read one more per
+        // key or the look-ahead that says "more follow" can be cut off and a
+        // cursor walk ends early, silently missing the oldest deliveries.
+        let per_key = if lowest.is_some() && below.is_some() {
+            limit.saturating_add(1)
+        } else {
+            limit
+        };
         let mut all = Vec::new();
         for key in keys {
             let _g = self.guard().await;
@@ -547,12 +556,11 @@ impl DynamoStore {
                 .table_name(&self.table)
                 .index_name(index)
                 .scan_index_forward(false)
-                .limit(limit)
+                .limit(per_key)
                 .expression_attribute_names("#pk", pk_attr)
                 .expression_attribute_values(":pk", s(key.clone()));
             q = match (lowest, below) {
-                // BETWEEN is inclusive at both ends: the `below` id itself
-                // (a cursor) is filtered out after the query.
+                // Inclusive of `hi`: filtered out after the query.
                 (Some(lo), Some(hi)) => q
                     .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
                     .expression_attribute_names("#sk", sk_attr)
