@@ -203,6 +203,12 @@ async function main() {
   await page.waitForFunction((r) => document.querySelector(r)?.dataset.disabled === "false", row);
   check((await call("GET", `/v1/apps/${APP}/endpoints/${flakyId}`)).body.disabled === false, "enabled again by a click");
 
+  // A rate limit set through the API shows in its row.
+  const limited = await call("PATCH", `/v1/apps/${APP}/endpoints/${flakyId}`, { rate_limit: 5 });
+  check(limited.status === 200 && limited.body.rate_limit === 5, "rate limit set by PATCH");
+  await page.waitForFunction((r) => document.querySelector(r + " .rate-limit")?.textContent === "≤ 5 req/s", row);
+  check(true, "the endpoint's row shows its rate limit");
+
   // Resend a delivered delivery (same webhook-id) with a click.
   const hitsBefore = flaky.state.hits;
   await page.click(`#rows button.resend[data-id="${target}"]`);
@@ -214,12 +220,32 @@ async function main() {
   check(resent.total_attempts === 4, "resent by a click: attempt 4 of its life, delivered again");
   await page.waitForFunction(() => document.querySelector("#detail .badge")?.textContent === "delivered");
 
+  // Replay missed: an event sent while the endpoint was disabled reaches
+  // it with a click once it is enabled again, once.
+  await page.click(`${row} button.toggle`);
+  await page.waitForFunction((r) => document.querySelector(r)?.dataset.disabled === "true", row);
+  check(await page.isDisabled(`${row} button.replay`), "replay is off while the endpoint is disabled");
+  const missed = await call("POST", `/v1/apps/${APP}/events`, { event_type: "order.paid", payload: { missed: true } });
+  check(missed.status === 202 && missed.body.delivery_ids.length === 1,
+    "an event sent while it was disabled went to the other endpoint only");
+  await page.click(`${row} button.toggle`);
+  await page.waitForFunction((r) => document.querySelector(r)?.dataset.disabled === "false", row);
+  const hitsBeforeReplay = flaky.state.hits;
+  await page.selectOption(`${row} select.replay-window`, "3600");
+  await page.click(`${row} button.replay`);
+  await page.waitForFunction(() => /Replay: 1 replayed of \d+ events/.test(document.querySelector("#toast").textContent));
+  check(true, "replay by a click: " + await page.textContent("#toast"));
+  await until("the replayed event to arrive", async () => flaky.state.hits > hitsBeforeReplay, 30_000);
+  await page.click(`${row} button.replay`);
+  await page.waitForFunction(() => /Replay: 0 replayed/.test(document.querySelector("#toast").textContent));
+  check(flaky.state.hits === hitsBeforeReplay + 1, "a second replay sends nothing more");
+
   const shot = path.join(outDir, "dashboard.png");
   await page.screenshot({ path: shot, fullPage: true });
   check(true, "screenshot saved: " + shot);
   check(consoleErrors.length === 0, "no console errors" + (consoleErrors.length ? ": " + consoleErrors.join("; ") : ""));
   writeFileSync(path.join(outDir, "dashboard.txt"),
-    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, resend by click; screenshot ${shot}\n`);
+    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, rate limit shown, resend by click, replay missed by click (1 replayed, then 0); screenshot ${shot}\n`);
 }
 
 let failed = false;

@@ -1,8 +1,10 @@
 //! Endpoint health and receiver protection: custom headers (sent on every
-//! attempt, sealed at rest, credential-like values masked in answers).
+//! attempt, sealed at rest, credential-like values masked in answers),
+//! auto-disable and operational webhooks, stats, replay missing.
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use hookline_core::model::DeliveryStatus;
 use hookline_tests::receiver::{Receiver, Reply};
 use hookline_tests::stack::Stack;
@@ -445,5 +447,423 @@ async fn endpoint_stats_match_what_the_receivers_saw() {
     record_figures(
         "endpoint-health",
         &format!("endpoint stats: slow endpoint {s}; always-503 endpoint {d}; both match the receivers' logs (3 and 4 requests), pending seen at 1 and 2 while retries waited"),
+    );
+}
+
+/// The data of every webhook `receiver` accepted, as `n`s, sorted; and
+/// whether each of them verified (both signature schemes).
+fn received_ns(receiver: &Receiver) -> (Vec<i64>, bool) {
+    let got = receiver.accepted();
+    let verified = got.iter().all(|r| r.standard_ok && r.stripe_ok);
+    let mut ns: Vec<i64> = got
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(&r.body).expect("a JSON webhook");
+            body["data"]["n"].as_i64().expect("the test's payload")
+        })
+        .collect();
+    ns.sort_unstable();
+    (ns, verified)
+}
+
+/// Replay missing: events sent before the endpoint existed and while it was
+/// disabled (none of them listed it), of the types it subscribes to, reach
+/// it once, signed, on `POST .../replay`; one it had, another type, another
+/// app and the window's edges do not; a second replay replays 0; progress
+/// at `status_url`; bad input 400, a disabled endpoint 409, unknown 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_sends_exactly_the_events_the_endpoint_missed() {
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    let send = |app: &'static str, kind: &'static str, n: i64| {
+        let stack = &stack;
+        async move {
+            let (status, body) = stack.send_event(app, kind, json!({"n": n}), None).await;
+            assert_eq!(status, 202, "{body}");
+            body
+        }
+    };
+    let outside = send("replay", "order.paid", 0).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let since = chrono::Utc::now();
+    // Before the endpoint existed (no endpoint at all: nothing listed).
+    send("replay", "order.paid", 1).await;
+    send("replay", "user.created", 100).await;
+    send("other-app", "order.paid", 200).await;
+    let (id, secret) = stack
+        .create_endpoint("replay", &receiver.url, &["order.*"])
+        .await;
+    receiver.set_secret(&secret);
+    // Had it: delivered live, never again.
+    let live = send("replay", "order.paid", 2).await;
+    let live_delivery = hookline_tests::first_delivery(&live);
+    assert!(
+        stack
+            .reaches(&live_delivery, DeliveryStatus::Delivered, T)
+            .await
+    );
+    // While disabled: accepted, not listed for it.
+    let (status, _) = stack
+        .endpoint_call("PATCH", "replay", &id, "", Some(json!({"disabled": true})))
+        .await;
+    assert_eq!(status, 200);
+    for n in [3, 4] {
+        let body = send("replay", "order.shipped", n).await;
+        assert_eq!(body["delivery_ids"], json!([]), "{body}");
+    }
+    let replay = |body: Value| {
+        let stack = &stack;
+        let id = id.clone();
+        async move {
+            stack
+                .endpoint_call("POST", "replay", &id, "/replay", Some(body))
+                .await
+        }
+    };
+    let window = json!({"since": since.to_rfc3339()});
+    let (status, body) = replay(window.clone()).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("conflict")),
+        "{body}"
+    );
+    let (status, _) = stack
+        .endpoint_call("PATCH", "replay", &id, "", Some(json!({"disabled": false})))
+        .await;
+    assert_eq!(status, 200);
+    let until = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after = send("replay", "order.paid", 5).await; // outside the window
+    let new_delivery = hookline_tests::first_delivery(&after);
+
+    // Bad input loses nothing and says why.
+    let since_s = since.to_rfc3339();
+    for bad in [
+        json!({}),
+        json!({"since": "yesterday"}),
+        json!({"since": until.to_rfc3339(), "until": since_s}),
+        json!({"since": since_s, "extra": 1}),
+    ] {
+        let (status, body) = replay(bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (status, _) = stack
+        .endpoint_call(
+            "POST",
+            "replay",
+            &"ep_01m8yqy78hff49fqq91dxt59je",
+            "/replay",
+            Some(window.clone()),
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    let bounded = json!({"since": since_s, "until": until.to_rfc3339()});
+    let (status, first) = replay(bounded.clone()).await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(
+        (&first["complete"], &first["replayed"], &first["scanned"]),
+        (&json!(true), &json!(3), &json!(5)),
+        "{first}"
+    );
+    let done = stack
+        .local
+        .pump_until(T, || async { receiver.accepted().len() >= 5 })
+        .await;
+    assert!(done, "{:?}", received_ns(&receiver));
+    assert!(
+        stack
+            .reaches(&new_delivery, DeliveryStatus::Delivered, T)
+            .await
+    );
+    // Let anything extra arrive before counting.
+    stack
+        .local
+        .pump_until(Duration::from_secs(3), || async { false })
+        .await;
+    let (ns, verified) = received_ns(&receiver);
+    assert_eq!(ns, [1, 2, 3, 4, 5], "the live two and the missed three");
+    assert!(verified, "replayed webhooks are signed like any other");
+    assert_eq!(receiver.duplicates(), 0);
+
+    let (status, again) = replay(bounded.clone()).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(
+        (&again["complete"], &again["replayed"]),
+        (&json!(true), &json!(0))
+    );
+    // From before the first event: only that one is new.
+    let wider = json!({"since": (since - chrono::TimeDelta::seconds(60)).to_rfc3339()});
+    let (_, wide) = replay(wider).await;
+    assert_eq!(wide["replayed"], 1, "{wide} (outside: {outside})");
+    let status_url = first["status_url"].as_str().unwrap().to_owned();
+    let (status, _, progress) = stack.call("GET", &status_url, None, &[]).await;
+    assert_eq!(status, 200, "{progress}");
+    assert_eq!(
+        progress, first,
+        "the stored replay is what the call answered"
+    );
+    let (status, _, _) = stack
+        .call(
+            "GET",
+            &status_url.replace("/replay/", "/other-app/"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 404, "another app's path does not find it");
+    stack
+        .local
+        .pump_until(T, || async { receiver.accepted().len() >= 6 })
+        .await;
+    let (ns, _) = received_ns(&receiver);
+    assert_eq!(ns, [0, 1, 2, 3, 4, 5]);
+    record_figures(
+        "endpoint-health",
+        &format!("replay missing: 5 events in the window, 3 never had by the endpoint (before it existed, while disabled) replayed once and signed, 0 duplicates; a second replay of the window replayed 0; a wider window 1 more; 4/4 bad bodies 400, disabled 409, unknown endpoint 404; answer {first}"),
+    );
+}
+
+/// A replay the call does not finish (`WEBHOOKS_REPLAY_INLINE_BUDGET=0s`:
+/// none of it) continues in the background through the stream; one whose
+/// stream record is lost is continued by the reconciler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_continues_in_the_background_and_the_reconciler_resumes_a_stalled_one() {
+    let stack = Stack::start(&[("WEBHOOKS_REPLAY_INLINE_BUDGET", "0s")]).await;
+    let since = chrono::Utc::now() - chrono::TimeDelta::seconds(1);
+    for n in 0..3 {
+        let (status, _) = stack
+            .send_event("bg", "order.paid", json!({"n": n}), None)
+            .await;
+        assert_eq!(status, 202);
+    }
+    let window = json!({"since": since.to_rfc3339()});
+    let start = |id: String| {
+        let stack = &stack;
+        let window = window.clone();
+        async move {
+            let (status, body) = stack
+                .endpoint_call("POST", "bg", &id, "/replay", Some(window))
+                .await;
+            assert_eq!(status, 202, "{body}");
+            assert_eq!(
+                (&body["complete"], &body["replayed"]),
+                (&json!(false), &json!(0)),
+                "the call left it all to the background: {body}"
+            );
+            body["status_url"].as_str().unwrap().to_owned()
+        }
+    };
+
+    // Through the stream: dispatch advances it.
+    let streamed = Receiver::healthy().await;
+    let (id, _) = stack.subscribe("bg", &streamed).await;
+    let status_url = start(id).await;
+    let done = stack
+        .local
+        .pump_until(T, || async { streamed.accepted().len() >= 3 })
+        .await;
+    assert!(done, "{:?}", received_ns(&streamed));
+    let (_, _, progress) = stack.call("GET", &status_url, None, &[]).await;
+    assert_eq!(
+        (
+            &progress["complete"],
+            &progress["replayed"],
+            &progress["scanned"]
+        ),
+        (&json!(true), &json!(3), &json!(3)),
+        "{progress}"
+    );
+    assert_eq!(received_ns(&streamed), (vec![0, 1, 2], true));
+
+    // Its stream record lost: the reconciler finds it running and overdue.
+    let stalled = Receiver::healthy().await;
+    let (id, _) = stack.subscribe("bg", &stalled).await;
+    let status_url = start(id).await;
+    let replay_id = status_url.rsplit('/').next().unwrap().to_owned();
+    // Drops the stream records of the replay's item (a lost invocation).
+    let drop_its_records = || {
+        let stack = &stack;
+        let replay_id = replay_id.clone();
+        async move {
+            for _ in 0..10 {
+                let records = stack.local.next_stream_event().await.unwrap();
+                if records.to_string().contains(&replay_id) {
+                    return true;
+                }
+            }
+            false
+        }
+    };
+    assert!(
+        drop_its_records().await,
+        "the replay's stream record was dropped"
+    );
+    // Last advanced 20 minutes ago (past WEBHOOKS_RECONCILE_AFTER): that
+    // write's record is dropped too.
+    let long_ago = chrono::Utc::now() - chrono::TimeDelta::minutes(20);
+    stack
+        .set_attribute(
+            &format!("RPL#{replay_id}"),
+            "RPL",
+            "GSI3SK",
+            AttributeValue::S(hookline_aws::schema::due_sk(long_ago, &replay_id)),
+        )
+        .await;
+    assert!(drop_its_records().await);
+    stack
+        .local
+        .pump_until(Duration::from_secs(2), || async { false })
+        .await;
+    assert!(stalled.received().is_empty(), "nothing continued it");
+    let (_, _, progress) = stack.call("GET", &status_url, None, &[]).await;
+    assert_eq!(progress["complete"], false, "{progress}");
+    let report = stack.local.reconcile().await.unwrap();
+    assert_eq!(report.replays, 1, "{report:?}");
+    let done = stack
+        .local
+        .pump_until(T, || async { stalled.accepted().len() >= 3 })
+        .await;
+    assert!(done, "{:?}", received_ns(&stalled));
+    stack
+        .local
+        .pump_until(Duration::from_secs(2), || async { false })
+        .await;
+    assert_eq!(received_ns(&stalled), (vec![0, 1, 2], true));
+    assert_eq!(received_ns(&streamed).0.len(), 3, "the first one untouched");
+    let (_, _, progress) = stack.call("GET", &status_url, None, &[]).await;
+    assert_eq!(
+        (&progress["complete"], &progress["replayed"]),
+        (&json!(true), &json!(3)),
+        "{progress}"
+    );
+    record_figures(
+        "endpoint-health",
+        "replay in the background (inline budget 0s): continued by dispatch from the stream (3/3 delivered), and by the reconciler when its stream record was dropped (report.replays = 1, then 3/3 delivered); no duplicate",
+    );
+}
+
+/// `rate_limit`: a burst of 12 events at an endpoint limited to 2 requests
+/// per second arrives at most 2 in any wall-clock second, every delivery on
+/// its first attempt (waiting is not failing); an unlimited endpoint of
+/// another app sent the same burst at the same time gets all of it at once.
+/// Bad limits are 400s; `null` removes the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_endpoint_gets_at_most_its_limit_per_second() {
+    let stack = Stack::start(&[]).await;
+    let limited = Receiver::healthy().await;
+    let free = Receiver::healthy().await;
+    // Wall-clock time of the receivers' `Instant`s.
+    let anchor = (std::time::Instant::now(), chrono::Utc::now());
+    let wall = |at: std::time::Instant| anchor.1 + (at - anchor.0);
+
+    for bad in [json!(0), json!(1001), json!(-1), json!(1.5), json!("2")] {
+        let (status, _, body) = stack
+            .call(
+                "POST",
+                "/v1/apps/paced/endpoints",
+                Some(json!({"url": limited.url, "rate_limit": bad})),
+                &[],
+            )
+            .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (status, _, ep) = stack
+        .call(
+            "POST",
+            "/v1/apps/paced/endpoints",
+            Some(json!({"url": limited.url, "rate_limit": 2})),
+            &[],
+        )
+        .await;
+    assert_eq!((status, &ep["rate_limit"]), (201, &json!(2)), "{ep}");
+    limited.set_secret(&secret_of(&ep));
+    let limited_id = ep["id"].as_str().unwrap().to_owned();
+    stack.subscribe("other", &free).await;
+
+    let burst = 12;
+    let mut ids = Vec::new();
+    for n in 0..burst {
+        for app in ["paced", "other"] {
+            let (status, body) = stack
+                .send_event(app, "order.paid", json!({"n": n}), None)
+                .await;
+            assert_eq!(status, 202, "{body}");
+            if app == "paced" {
+                ids.push(hookline_tests::first_delivery(&body));
+            }
+        }
+    }
+    let sent_at = std::time::Instant::now();
+    let done = stack
+        .local
+        .pump_until(T, || async {
+            limited.accepted().len() >= burst && free.accepted().len() >= burst
+        })
+        .await;
+    assert!(
+        done,
+        "limited {} free {}",
+        limited.accepted().len(),
+        free.accepted().len()
+    );
+    let arrivals = limited.accepted();
+    let mut per_second = std::collections::BTreeMap::<i64, usize>::new();
+    for r in &arrivals {
+        *per_second.entry(wall(r.at).timestamp()).or_default() += 1;
+    }
+    assert!(
+        per_second.values().all(|&n| n <= 2),
+        "more than 2 in a second: {per_second:?}"
+    );
+    assert!(arrivals.iter().all(|r| r.standard_ok && r.stripe_ok));
+    assert_eq!(limited.duplicates(), 0);
+    for id in &ids {
+        let d = stack.delivery(id).await;
+        assert_eq!(d.status, DeliveryStatus::Delivered);
+        assert_eq!(
+            (d.attempt_count, d.total_attempts),
+            (1, 1),
+            "delivered on its first attempt: {d:?}"
+        );
+    }
+    let span = |got: &[hookline_tests::receiver::Received]| {
+        let first = got.iter().map(|r| r.at).min().unwrap();
+        let last = got.iter().map(|r| r.at).max().unwrap();
+        (last - first).as_secs_f64()
+    };
+    let limited_span = span(&arrivals);
+    let free_got = free.accepted();
+    let free_last = free_got.iter().map(|r| r.at).max().unwrap();
+    let limited_last = arrivals.iter().map(|r| r.at).max().unwrap();
+    // 12 at 2/s: at least 5 s from first to last.
+    assert!(limited_span >= 4.9, "{limited_span} s: {per_second:?}");
+    assert!(
+        free_last < limited_last,
+        "the unlimited endpoint was not held up behind the limited one"
+    );
+
+    // `null` removes the limit.
+    let (status, patched) = stack
+        .endpoint_call(
+            "PATCH",
+            "paced",
+            &limited_id,
+            "",
+            Some(json!({"rate_limit": null})),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert!(patched.get("rate_limit").is_none(), "{patched}");
+    record_figures(
+        "endpoint-health",
+        &format!(
+            "rate limit 2/s, burst of {burst}: arrivals per wall-clock second {:?} (max {}), first to last {limited_span:.1} s, every delivery on attempt 1; the unlimited endpoint sent the same burst got all {burst} in {:.1} s (last {:.1} s after the burst was accepted, the limited one's last {:.1} s); 5/5 bad limits 400",
+            per_second.values().collect::<Vec<_>>(),
+            per_second.values().max().unwrap(),
+            span(&free_got),
+            (free_last - sent_at.min(free_last)).as_secs_f64(),
+            (limited_last - sent_at.min(limited_last)).as_secs_f64(),
+        ),
     );
 }

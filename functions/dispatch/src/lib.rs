@@ -10,6 +10,7 @@ use hookline_aws::schema::decode_stream_image;
 use hookline_core::model::Delivery;
 use hookline_pipeline::dispatch::{materialise_fanout, queue_pending, StreamChange};
 use hookline_pipeline::ports::{Queue, Store};
+use hookline_pipeline::replay::continue_replay;
 
 /// Handles one batch of stream records, in order. At the first record that
 /// fails, it stops and reports that record and every one after it: Lambda
@@ -78,6 +79,15 @@ async fn handle_in_order<S: Store, Q: Queue>(
                 }
                 if let Err(err) = materialise_fanout(store, &event_id, now).await {
                     tracing::error!(event_id = %event_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "fan-out failed");
+                    return Some(index);
+                }
+            }
+            Ok(StreamChange::RunningReplay(replay_id)) => {
+                if let Some(failed) = flush(store, queue, &mut run, now).await {
+                    return Some(failed);
+                }
+                if let Err(err) = continue_replay(store, &replay_id, now).await {
+                    tracing::error!(replay_id = %replay_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "replay step failed");
                     return Some(index);
                 }
             }

@@ -124,6 +124,8 @@ routes! {
     AppKey endpoints::rotate_secret,
     AppKey endpoints::recover,
     AppKey endpoints::endpoint_stats,
+    AppKey endpoints::replay,
+    AppKey endpoints::get_replay,
     AppKey deliveries::list_deliveries,
     AppKey deliveries::get_delivery,
     AppKey deliveries::retry_delivery,
@@ -307,7 +309,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 23);
+        assert_eq!(routes.len(), 25);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
-use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Attempt, Delivery, Endpoint};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -67,6 +67,10 @@ pub struct EndpointOut {
     /// `secret`, `password`, `session`, `credential`, `signature`) read as
     /// `********`; a PATCH giving `********` keeps the stored value.
     pub headers: BTreeMap<String, String>,
+    /// At most this many requests per second to it, across all deliver
+    /// instances; absent: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -116,6 +120,7 @@ impl EndpointOut {
                     (name.clone(), shown)
                 })
                 .collect(),
+            rate_limit: ep.rate_limit,
             created_at: ep.created_at,
             updated_at: ep.updated_at,
         }
@@ -144,6 +149,11 @@ pub struct CreateEndpoint {
     /// HTTP framing), values visible ASCII up to 2048 bytes.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Requests per second, 1 to 1000, across all deliver instances: a
+    /// delivery over the limit waits for its send slot (its attempt budget
+    /// untouched). Absent: no limit.
+    #[serde(default)]
+    pub rate_limit: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -162,6 +172,20 @@ pub struct UpdateEndpoint {
     /// `********` keeps the stored value of that header.
     #[serde(default)]
     pub headers: Option<BTreeMap<String, String>>,
+    /// Requests per second (1 to 1000); `null` removes the limit; absent
+    /// keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub rate_limit: Option<Option<u32>>,
+}
+
+/// A field given (even as `null`) is `Some`: `null` then means "remove".
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -370,6 +394,64 @@ pub struct EndpointPath {
     pub app_id: AppId,
     #[param(value_type = String)]
     pub endpoint_id: EndpointId,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ReplayPath {
+    #[param(value_type = String)]
+    pub app_id: AppId,
+    #[param(value_type = String)]
+    pub endpoint_id: EndpointId,
+    #[param(value_type = String)]
+    pub replay_id: ReplayId,
+}
+
+/// A replay of the events an endpoint never had, and its progress.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReplayOut {
+    #[schema(value_type = String)]
+    pub id: ReplayId,
+    #[schema(value_type = String)]
+    pub endpoint_id: EndpointId,
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    /// Deliveries created so far (one per event the endpoint never had).
+    pub replayed: u64,
+    /// Events of the app in the window looked at so far.
+    pub scanned: u64,
+    /// The whole window is done; while false the replay continues in the
+    /// background: follow it at `status_url`.
+    pub complete: bool,
+    /// Why it ended before the end of the window (the endpoint was deleted
+    /// or disabled meanwhile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// Where to follow its progress.
+    pub status_url: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ReplayOut {
+    pub fn new(replay: &hookline_pipeline::replay::Replay) -> Self {
+        Self {
+            id: replay.id.clone(),
+            endpoint_id: replay.endpoint_id.clone(),
+            since: replay.since,
+            until: replay.until,
+            replayed: replay.replayed,
+            scanned: replay.scanned,
+            complete: replay.complete,
+            stopped: replay.stopped.clone(),
+            status_url: format!(
+                "/v1/apps/{}/endpoints/{}/replays/{}",
+                replay.app_id, replay.endpoint_id, replay.id
+            ),
+            created_at: replay.created_at,
+            updated_at: replay.updated_at,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

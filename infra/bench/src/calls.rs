@@ -32,6 +32,8 @@ pub struct Scenario {
     pub events_per_request: usize,
     /// The goal for this scenario, $ per million deliveries.
     pub goal_usd: f64,
+    /// The endpoints' `rate_limit` (requests per second), if any.
+    pub rate_limit: Option<u32>,
 }
 
 /// What a scenario cost, by operation.
@@ -204,7 +206,10 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
             .call(
                 "POST",
                 "/v1/apps/bench/endpoints",
-                Some(json!({"url": url})),
+                Some(match scenario.rate_limit {
+                    Some(limit) => json!({"url": url, "rate_limit": limit}),
+                    None => json!({"url": url}),
+                }),
                 &[],
             )
             .await;

@@ -479,6 +479,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             retry_share: 0.0,
             events_per_request: 1,
             goal_usd: 3.00,
+            rate_limit: None,
         },
         calls::Scenario {
             name: "5 endpoints, all succeed",
@@ -487,6 +488,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             retry_share: 0.0,
             events_per_request: 1,
             goal_usd: 2.00,
+            rate_limit: None,
         },
         calls::Scenario {
             name: "1 endpoint, 30 % need one retry",
@@ -495,6 +497,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             retry_share: 0.3,
             events_per_request: 1,
             goal_usd: 3.60,
+            rate_limit: None,
         },
         calls::Scenario {
             name: "batch ingest: 1 endpoint, 10 events per request",
@@ -503,6 +506,20 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             retry_share: 0.0,
             events_per_request: 10,
             goal_usd: 2.00,
+            rate_limit: None,
+        },
+        // The limiter's own cost: a limit high enough never to throttle, so
+        // the difference to the first row is what a limit costs per
+        // delivery (a throttled attempt adds one delivery write and one
+        // more queue round trip).
+        calls::Scenario {
+            name: "1 endpoint with rate_limit 1000/s (not reached), all succeed",
+            events,
+            endpoints: 1,
+            retry_share: 0.0,
+            events_per_request: 1,
+            goal_usd: 3.00 + 1.25,
+            rate_limit: Some(1000),
         },
     ];
     let _ = writeln!(

@@ -237,13 +237,51 @@ async function loadEndpointHealth() {
     body.append(el("tr", { class: "endpoint", "data-id": e.id, "data-disabled": String(e.disabled) },
       el("td", { class: "mono ep", title: e.url, text: endpointLabel(e.id) }),
       el("td", { title: e.disabled_reason || "" }, badge(e.disabled ? "disabled" : "enabled"),
-        e.disabled_reason ? el("div", { class: "muted reason", text: e.disabled_reason }) : null),
+        e.disabled_reason ? el("div", { class: "muted reason", text: e.disabled_reason }) : null,
+        e.rate_limit ? el("div", { class: "muted rate-limit", text: "≤ " + e.rate_limit + " req/s" }) : null),
       el("td", { class: "rate", text: pct(s.success_rate) }),
       el("td", { class: "latency", text: ms(s.latency_ms.p50) + " / " + ms(s.latency_ms.p95) }),
       el("td", { class: "waiting", text: s.pending === null ? "–" : String(s.pending) }),
       el("td", { class: "chart" }, hourChart(s)),
-      el("td", { class: "act" }, toggle)));
+      el("td", { class: "act" }, toggle, " ", replayControls(e))));
   });
+}
+
+// "Replay missed": the events of the chosen window this endpoint never had.
+function replayControls(e) {
+  const label = "Replay window for " + endpointLabel(e.id);
+  const windowSel = el("select", { class: "small replay-window", "aria-label": label },
+    el("option", { value: "3600" }, "last hour"),
+    el("option", { value: "86400" }, "last 24 h"),
+    el("option", { value: "604800" }, "last 7 days"));
+  const button = el("button", { class: "ghost small replay", type: "button", "data-id": e.id,
+    title: e.disabled ? "Enable the endpoint first" : "Send it the events of the window it never had",
+    onclick: () => replayMissed(e.id, Number(windowSel.value)) }, "Replay missed");
+  if (e.disabled) button.disabled = true;
+  return el("span", { class: "replay-controls" }, windowSel, " ", button);
+}
+
+async function replayMissed(id, seconds) {
+  const since = new Date(Date.now() - seconds * 1000).toISOString();
+  try {
+    const r = await api("POST", appPath() + "/endpoints/" + encodeURIComponent(id) + "/replay", { since });
+    toast(r.complete
+      ? "Replay: " + r.replayed + " replayed of " + r.scanned + " events"
+      : "Replay running in the background: " + r.replayed + " replayed so far");
+    if (!r.complete) followReplay(r.status_url, 0);
+  } catch (e) { toast("Replay failed: " + e.message, true); }
+  await refresh();
+}
+
+// Polls a running replay's status until it is complete (bounded).
+async function followReplay(url, polls) {
+  if (polls > 100) return;
+  await new Promise((r) => setTimeout(r, 3000));
+  try {
+    const r = await api("GET", url);
+    if (r.complete) toast("Replay done: " + r.replayed + " replayed of " + r.scanned + " events" + (r.stopped ? " (" + r.stopped + ")" : ""));
+    else followReplay(url, polls + 1);
+  } catch (e) { toast("Replay status failed: " + e.message, true); }
 }
 
 async function setDisabled(id, disabled) {

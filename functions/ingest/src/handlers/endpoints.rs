@@ -11,6 +11,7 @@ use hookline_core::stats::{summarize, EndpointStats};
 use hookline_pipeline::operational::{self, Operational};
 use hookline_pipeline::ports::Store;
 use hookline_pipeline::recover::{recover_endpoint, RecoverReport, RecoverRequest};
+use hookline_pipeline::replay::{start_replay, ReplayRequest};
 use hookline_pipeline::sender::{check_endpoint_url, check_resolved_host};
 use hookline_pipeline::PipelineError;
 use lambda_http::http::StatusCode;
@@ -19,8 +20,8 @@ use crate::call::{Answer, Call};
 use crate::error::ApiError;
 use crate::respond::{json, no_content};
 use crate::views::{
-    AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath, ErrorBody, RotateSecret,
-    StatsQuery, UpdateEndpoint, MASKED_HEADER_VALUE,
+    AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath, ErrorBody, ReplayOut,
+    ReplayPath, RotateSecret, StatsQuery, UpdateEndpoint, MASKED_HEADER_VALUE,
 };
 use crate::Api;
 
@@ -41,6 +42,14 @@ fn validate_event_types(types: &[String]) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+fn validate_rate_limit(rate_limit: Option<u32>) -> Result<(), ApiError> {
+    match rate_limit {
+        Some(per_second) => hookline_core::rate::check_rate_limit(per_second)
+            .map_err(|e| ApiError::bad_request("invalid_rate_limit", e.to_string())),
+        None => Ok(()),
+    }
 }
 
 fn validate_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
@@ -111,6 +120,7 @@ pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
     validate_event_types(&req.event_types)?;
     validate_description(req.description.as_ref())?;
     validate_headers(&req.headers)?;
+    validate_rate_limit(req.rate_limit)?;
     let secret = match req.secret {
         Some(s) => Secret::parse(&s).map_err(PipelineError::from)?,
         None => Secret::generate(call.rng),
@@ -119,6 +129,7 @@ pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
         description: req.description,
         event_types: req.event_types,
         headers: req.headers,
+        rate_limit: req.rate_limit,
         ..Endpoint::new(
             EndpointId::new(call.now, call.rng),
             path.app_id,
@@ -176,6 +187,7 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
         validate_event_types(types)?;
     }
     validate_description(req.description.as_ref())?;
+    validate_rate_limit(req.rate_limit.flatten())?;
     if let Some(headers) = &req.headers {
         // Masked values stand for stored ones: checked once merged below,
         // and here without them (a name alone is checked the same way).
@@ -198,6 +210,9 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
         }
         if let Some(url) = &req.url {
             endpoint.url.clone_from(url);
+        }
+        if let Some(rate_limit) = req.rate_limit {
+            endpoint.rate_limit = rate_limit;
         }
         if let Some(types) = &req.event_types {
             endpoint.event_types.clone_from(types);
@@ -326,6 +341,50 @@ pub async fn recover<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let report =
         recover_endpoint(&api.store, &endpoint.app_id, &endpoint.id, &req, call.now).await?;
     Ok(json(StatusCode::ACCEPTED, &report))
+}
+
+/// Replay missing: one new delivery for every event of the app created in
+/// `[since, until)` that the endpoint subscribes to and never had a delivery
+/// for (sent while it was disabled, before it existed, or filtered out
+/// then). Idempotent: a second replay of the window replays 0. The call
+/// works for a few seconds; a larger window continues in the background
+/// (`complete: false`): follow it at `status_url`.
+#[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/replay",
+    tag = "endpoints", params(EndpointPath), request_body = ReplayRequest,
+    responses((status = 202, body = ReplayOut), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody,
+        description = "the endpoint is disabled")))]
+pub async fn replay<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    let req: ReplayRequest = call.json()?;
+    let endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
+    let (now, started) = (call.now, std::time::Instant::now());
+    let clock = move || now + started.elapsed();
+    let replay = start_replay(
+        &api.store,
+        &endpoint,
+        &req,
+        clock,
+        api.settings.replay_inline_budget,
+        call.rng,
+    )
+    .await?;
+    Ok(json(StatusCode::ACCEPTED, &ReplayOut::new(&replay)))
+}
+
+/// A replay's progress.
+#[utoipa::path(get, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/replays/{replay_id}",
+    tag = "endpoints", params(ReplayPath),
+    responses((status = 200, body = ReplayOut), (status = 404, body = ErrorBody)))]
+pub async fn get_replay<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: ReplayPath = call.path()?;
+    let replay = api
+        .store
+        .get_replay(&path.replay_id)
+        .await?
+        .filter(|r| r.app_id == path.app_id && r.endpoint_id == path.endpoint_id)
+        .ok_or(PipelineError::NotFound("replay"))?;
+    Ok(json(StatusCode::OK, &ReplayOut::new(&replay)))
 }
 
 /// Longest window of a stats request (one counter item per hour).

@@ -55,6 +55,10 @@ impl Queue for SqsQueue {
                         .id((base + i).to_string())
                         .message_body(message.to_json())
                         .delay_seconds(*delay)
+                        // SQS fair queues: on a standard queue the group is
+                        // the tenant, so one endpoint's backlog does not
+                        // hold up the others' messages.
+                        .message_group_id(message.endpoint_id.as_str())
                         .build()
                         .map_err(|e| corrupt("SendMessageBatch entry", e))
                 })

@@ -9,6 +9,7 @@
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
 //! | endpoint stats, per hour | `STATS#{app}#{endpoint}` | `H#{hour}` | | |
 //! | endpoint's waiting gauge | `STATS#{app}#{endpoint}` | `WAITING` | | |
+//! | replay of an endpoint's missed events | `RPL#{replay}` | `RPL` | | |
 //!
 //! An event lists its fan-out (`targets`, up to `FANOUT_LIST_MAX` endpoints):
 //! its deliveries have no item until their first attempt's outcome writes one
@@ -19,11 +20,16 @@
 //! - the overdue index `DUE#{shard}` / `{due time}#{id}`, present only on
 //!   pending delivery items (due at `next_attempt_at`) and on events with a
 //!   deferred fan-out left (due at creation); finished work leaves it;
-//! - the event time index `SWEEP#{shard}` / `{written time}#{event id}` on events with a
+//! - the event time index `SWEEP#{shard}` / `{written time}#{app}#{event id}` on events with a
 //!   listed fan-out, which the reconciler sweeps once past its mark
 //!   (`RECONCILER` / `SWEEP` item) to find listed deliveries whose first
 //!   message was lost; nothing is written to leave it (the entry expires
-//!   with its event).
+//!   with its event);
+//! - the event log `LOG#{shard}` / `{written time}#{app}#{event id}` on every
+//!   other event (no endpoint took it; a large fan-out once materialised):
+//!   with the time index, every event by time, which a replay reads;
+//! - running replays (`RPL#{replay}` / `RPL`) are in the overdue index, due
+//!   when last advanced, so a stalled one is continued by the reconciler.
 //!
 //! The reconciler reads only entries due before its cutoff (and past its
 //! mark): a quiet system costs [`DUE_SHARDS`] empty query pages per key
@@ -43,10 +49,11 @@
 
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
-use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
 use hookline_pipeline::dispatch::StreamChange;
 use hookline_pipeline::ports::{IdempotencyRecord, StoredEvent};
+use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
 use serde::{Deserialize, Serialize};
 use serde_dynamo::Item;
@@ -70,6 +77,7 @@ pub const KIND_EVENT: &str = "event";
 pub const KIND_DELIVERY: &str = "delivery";
 pub const KIND_IDEMPOTENCY: &str = "idempotency";
 pub const KIND_API_KEY: &str = "api_key";
+pub const KIND_REPLAY: &str = "replay";
 
 pub fn app_pk(app: &AppId) -> String {
     format!("APP#{app}")
@@ -89,6 +97,10 @@ pub fn idempotency_pk(app: &AppId, key: &str) -> String {
     format!("IDEM#{app}#{key}")
 }
 pub const IDEMPOTENCY_SK: &str = "IDEM";
+pub fn replay_pk(id: &ReplayId) -> String {
+    format!("RPL#{id}")
+}
+pub const REPLAY_SK: &str = "RPL";
 pub fn api_key_pk(id: &ApiKeyId) -> String {
     format!("KEY#{id}")
 }
@@ -98,6 +110,14 @@ pub fn api_keys_of_app(app: &AppId) -> String {
 }
 
 pub const KIND_STATS: &str = "stats";
+pub const KIND_RATE: &str = "rate";
+/// An endpoint's rate limiter: `next_slot` (the next free send slot) and
+/// the `per_second` it is numbered for ([`hookline_core::rate`]); expires
+/// a day after its last use.
+pub fn rate_pk(endpoint: &EndpointId) -> String {
+    format!("RATE#{endpoint}")
+}
+pub const RATE_SK: &str = "RATE";
 /// An endpoint's stats partition: its hours (`H#{hour}`), then its
 /// waiting gauge (`WAITING` sorts after every `H#`).
 pub fn stats_pk(app: &AppId, endpoint: &EndpointId) -> String {
@@ -151,6 +171,37 @@ pub fn sweep_pk(event_id: &str) -> String {
 
 pub fn sweep_pk_of_shard(shard: u32) -> String {
     format!("SWEEP#{shard}")
+}
+
+/// The event log's partition of an event: events with no listed fan-out
+/// (none of the app's endpoints took it, or a large fan-out once it is
+/// materialised). With the event time index it holds every event by time,
+/// so a replay finds an app's events in a window without a scan; the
+/// reconciler never reads it.
+pub fn event_log_pk(event_id: &EventId) -> String {
+    event_log_pk_of_shard(hash_mod(event_id.as_str(), DUE_SHARDS))
+}
+
+pub fn event_log_pk_of_shard(shard: u32) -> String {
+    format!("LOG#{shard}")
+}
+
+/// The sort key of an event in the event time index or the event log:
+/// `{written time}#{app}#{event id}` (app ids have no `#`). Entries written
+/// before the app was part of the key read `{written time}#{event id}`.
+pub fn event_time_sk(written: DateTime<Utc>, app: &AppId, id: &EventId) -> String {
+    format!("{}#{app}#{id}", due_time(written))
+}
+
+/// The app (when the entry names it) and the event of a time-index or
+/// event-log sort key; `None` for a key of another shape.
+pub fn parse_event_time_sk(sk: &str) -> Option<(Option<&str>, EventId)> {
+    let mut parts = sk.splitn(3, '#');
+    let (_, second, third) = (parts.next()?, parts.next()?, parts.next());
+    match third {
+        Some(id) => Some((Some(second), EventId::parse(id).ok()?)),
+        None => Some((None, EventId::parse(second).ok()?)),
+    }
 }
 
 /// The reconciler's sweep mark item.
@@ -299,6 +350,52 @@ struct KindOnly {
     listed: Option<bool>,
     #[serde(default, rename = "id")]
     id: Option<String>,
+    #[serde(default)]
+    running: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct ReplayItem<'a> {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: &'static str,
+    kind: &'static str,
+    #[serde(flatten)]
+    replay: &'a Replay,
+    /// Present (true) only while running: the stream filter's hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    running: Option<bool>,
+    /// The overdue index, while running (due when last advanced).
+    #[serde(rename = "GSI3PK", skip_serializing_if = "Option::is_none")]
+    gsi3pk: Option<String>,
+    #[serde(rename = "GSI3SK", skip_serializing_if = "Option::is_none")]
+    gsi3sk: Option<String>,
+    expires_at: i64,
+}
+
+/// The item of a replay: running ones are in the overdue index and carry
+/// `running` (dispatch's stream filter); every one expires `retention`
+/// after its last step.
+pub fn replay_item(replay: &Replay, retention: std::time::Duration) -> Result<Item, PipelineError> {
+    let running = !replay.complete;
+    to_item(
+        "replay",
+        &ReplayItem {
+            pk: replay_pk(&replay.id),
+            sk: REPLAY_SK,
+            kind: KIND_REPLAY,
+            replay,
+            running: running.then_some(true),
+            gsi3pk: running.then(|| due_pk(replay.id.as_str())),
+            gsi3sk: running.then(|| due_sk(replay.updated_at, replay.id.as_str())),
+            expires_at: epoch_after(replay.updated_at, retention),
+        },
+    )
+}
+
+pub fn replay_from_item(item: Item) -> Result<Replay, PipelineError> {
+    serde_dynamo::from_item(item).map_err(|e| corrupt("replay item", e))
 }
 
 fn to_item<T: Serialize>(what: &str, value: &T) -> Result<Item, PipelineError> {
@@ -333,10 +430,11 @@ pub fn event_item(
     let deferred = !fanout_remaining.is_empty();
     // The overdue index: the event time index (swept by the reconciler past
     // its mark) for a listed fan-out, due at creation for a deferred one.
+    // Any other event is in the event log (replay reads both time indexes).
     let (gsi3pk, gsi3sk) = if listed {
         (
             Some(sweep_pk(event.id.as_str())),
-            Some(due_sk(indexed_at, event.id.as_str())),
+            Some(event_time_sk(indexed_at, &event.app_id, &event.id)),
         )
     } else if deferred {
         (
@@ -344,7 +442,10 @@ pub fn event_item(
             Some(due_sk(event.created_at, event.id.as_str())),
         )
     } else {
-        (None, None)
+        (
+            Some(event_log_pk(&event.id)),
+            Some(event_time_sk(indexed_at, &event.app_id, &event.id)),
+        )
     };
     to_item(
         "event",
@@ -547,6 +648,10 @@ pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
         KIND_EVENT if head.listed == Some(true) => Ok(StreamChange::ListedFanout(Box::new(
             event_from_item(image)?,
         ))),
+        KIND_REPLAY if head.running == Some(true) => {
+            let id = head.id.ok_or_else(|| corrupt("replay image", "no id"))?;
+            Ok(StreamChange::RunningReplay(ReplayId::parse(&id)?))
+        }
         KIND_EVENT if head.fanout == Some(true) => {
             let id = head.id.ok_or_else(|| corrupt("event image", "no id"))?;
             Ok(StreamChange::EventFanout(EventId::parse(&id)?))

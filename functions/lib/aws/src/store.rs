@@ -5,19 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-    Update,
+    AttributeValue, CancellationReason, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
-use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
 use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
-    CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, IdempotencyRecord, NewEvent,
-    Overdue, Result, Store, StoredEvent, Sweep,
+    CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, EventWindow, IdempotencyRecord,
+    NewEvent, Overdue, Result, Store, StoredEvent, Sweep,
 };
+use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
 
@@ -45,6 +46,10 @@ fn s(v: impl Into<String>) -> AttributeValue {
 fn av<T: serde::Serialize>(value: &T) -> Result<AttributeValue> {
     serde_dynamo::to_attribute_value(value).map_err(|e| corrupt("attribute", e))
 }
+
+/// How long after its creation an event may be written to a time index
+/// (see [`Store::events_in_window`]).
+const WINDOW_WRITE_SLACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
 fn into_sdk(item: Item) -> HashMap<String, AttributeValue> {
     item.into()
@@ -515,10 +520,14 @@ impl DynamoStore {
         self.gsi3_range(due_pk_of_shard(shard), "", below, limit, |item, sk| {
             // A KEYS_ONLY entry always has the table key.
             let pk = item.get(PK).and_then(|v| v.as_s().ok())?;
-            let entry = match (pk.strip_prefix("DLV#"), pk.strip_prefix("EVT#")) {
-                (Some(id), _) => DeliveryId::parse(id).ok().map(Overdue::Delivery),
-                (_, Some(id)) => EventId::parse(id).ok().map(Overdue::Event),
-                _ => None,
+            let entry = if let Some(id) = pk.strip_prefix("DLV#") {
+                DeliveryId::parse(id).ok().map(Overdue::Delivery)
+            } else if let Some(id) = pk.strip_prefix("EVT#") {
+                EventId::parse(id).ok().map(Overdue::Event)
+            } else if let Some(id) = pk.strip_prefix("RPL#") {
+                ReplayId::parse(id).ok().map(Overdue::Replay)
+            } else {
+                None
             }?;
             Some((sk.to_owned(), entry))
         })
@@ -688,6 +697,79 @@ impl Store for DynamoStore {
             .set_item(Some(item));
         let result = versioned(request, expected_version).send().await;
         condition_to_bool(result, "PutItem")
+    }
+
+    async fn reserve_send_slot(
+        &self,
+        id: &EndpointId,
+        per_second: u32,
+        now: DateTime<Utc>,
+    ) -> Result<i64> {
+        let current = hookline_core::rate::slot_of(now, per_second);
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let expires = n((now + chrono::TimeDelta::days(1)).timestamp());
+        // Two conditional updates cover every state; a lost race tries again.
+        for _ in 0..4 {
+            // Busy: take the next free slot.
+            let taken = {
+                let _g = self.guard().await;
+                self.client
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
+                    .update_expression("SET expires_at = :exp ADD next_slot :one")
+                    .condition_expression("per_second = :rate AND next_slot >= :now")
+                    .expression_attribute_values(":exp", expires.clone())
+                    .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":rate", n(i64::from(per_second)))
+                    .expression_attribute_values(":now", n(current))
+                    .return_values(ReturnValue::UpdatedNew)
+                    .send()
+                    .await
+            };
+            match taken {
+                Ok(out) => {
+                    let next = out
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| a.get("next_slot"))
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .ok_or_else(|| corrupt("rate limiter", "no next_slot returned"))?;
+                    return Ok(next - 1);
+                }
+                Err(err) if crate::error::is_condition_failure(&err) => {}
+                Err(err) => return Err(store_error("UpdateItem", err)),
+            }
+            // Idle, new, or numbered for another rate: the slot of now.
+            let started = {
+                let _g = self.guard().await;
+                self.client
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
+                    .update_expression(
+                        "SET kind = :kind, next_slot = :next, per_second = :rate, expires_at = :exp",
+                    )
+                    .condition_expression(
+                        "attribute_not_exists(next_slot) OR next_slot < :now OR per_second <> :rate",
+                    )
+                    .expression_attribute_values(":kind", s(KIND_RATE))
+                    .expression_attribute_values(":next", n(current + 1))
+                    .expression_attribute_values(":rate", n(i64::from(per_second)))
+                    .expression_attribute_values(":now", n(current))
+                    .expression_attribute_values(":exp", expires.clone())
+                    .send()
+                    .await
+            };
+            if condition_to_bool(started, "UpdateItem")? {
+                return Ok(current);
+            }
+        }
+        Err(PipelineError::store(
+            "rate limiter: lost four races in a row",
+            true,
+        ))
     }
 
     async fn add_endpoint_stats(
@@ -966,7 +1048,16 @@ impl Store for DynamoStore {
             .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()))
             .expression_attribute_values(":rest", av(&remaining)?)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
-        update = if remaining.is_empty() {
+        let app = deliveries.first().map(|d| &d.app_id);
+        update = if let (true, Some(app)) = (remaining.is_empty(), app) {
+            // Done: from the overdue index to the event log (for replays).
+            update
+                .update_expression(
+                    "SET fanout_version = :next, fanout_remaining = :rest, GSI3PK = :log, GSI3SK = :at REMOVE fanout",
+                )
+                .expression_attribute_values(":log", s(event_log_pk(event_id)))
+                .expression_attribute_values(":at", s(event_time_sk(Utc::now(), app, event_id)))
+        } else if remaining.is_empty() {
             update.update_expression(
                 "SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout, GSI3PK, GSI3SK",
             )
@@ -1185,6 +1276,13 @@ impl Store for DynamoStore {
         } else {
             remove.push("requeued");
         }
+        match d.throttled_until {
+            Some(slot) => {
+                set.push("throttled_until = :slot");
+                req = req.expression_attribute_values(":slot", av(&slot)?);
+            }
+            None => remove.push("throttled_until"),
+        }
         let mut expression = format!("SET {}", set.join(", "));
         if !remove.is_empty() {
             expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
@@ -1324,6 +1422,113 @@ impl Store for DynamoStore {
     async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {
         self.put_absent(into_sdk(schema::delivery_item(delivery, self.retention)?))
             .await
+    }
+
+    async fn events_in_window(
+        &self,
+        app: &AppId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+        position: &str,
+        limit: usize,
+    ) -> Result<EventWindow> {
+        // The time index holds listed fan-outs, the event log every other
+        // event; both by the time the event was written, which is at or
+        // after its creation (later for an event completed after its request
+        // stopped, or a large fan-out materialised late): read up to
+        // WINDOW_WRITE_SLACK past `until`, keep creation times in the window.
+        let partitions: Vec<String> = (0..DUE_SHARDS)
+            .map(sweep_pk_of_shard)
+            .chain((0..DUE_SHARDS).map(event_log_pk_of_shard))
+            .collect();
+        let mut marks: Vec<String> = if position.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::from_str(position).map_err(|e| corrupt("replay position", e))?
+        };
+        marks.resize(partitions.len(), String::new());
+        let floor = due_time(since);
+        let since_ms = DateTime::from_timestamp_millis(since.timestamp_millis()).unwrap_or(since);
+        let below = due_time(until + WINDOW_WRITE_SLACK);
+        let per_partition = limit.div_ceil(partitions.len()).max(1);
+        let reads = partitions.iter().zip(&marks).map(|(pk, mark)| {
+            let after = if mark.is_empty() {
+                floor.clone()
+            } else {
+                mark.clone()
+            };
+            let below = below.clone();
+            async move {
+                self.gsi3_range(pk.clone(), &after, &below, per_partition, |_, sk| {
+                    let (entry_app, id) = parse_event_time_sk(sk)?;
+                    Some((sk.to_owned(), entry_app.map(str::to_owned), id))
+                })
+                .await
+            }
+        });
+        let found = futures::future::try_join_all(reads).await?;
+        let mut complete = true;
+        let mut wanted = Vec::new();
+        for (mark, entries) in marks.iter_mut().zip(found) {
+            if entries.len() >= per_partition {
+                complete = false;
+            }
+            if let Some((last, _, _)) = entries.last() {
+                mark.clone_from(last);
+            }
+            wanted.extend(
+                entries
+                    .into_iter()
+                    .filter(|(_, entry_app, id)| {
+                        // An id carries its creation time to the
+                        // millisecond: compared at that precision here, the
+                        // event's own time decides below.
+                        entry_app.as_deref().is_none_or(|a| a == app.as_str())
+                            && id.created_at() >= since_ms
+                            && id.created_at() < until
+                    })
+                    .map(|(_, _, id)| Self::key(event_pk(&id), EVENT_SK)),
+            );
+        }
+        let mut events = Vec::with_capacity(wanted.len());
+        for item in self.batch_get(wanted, false, None).await? {
+            let stored = schema::event_from_item(item)?;
+            let created = stored.event.created_at;
+            if &stored.event.app_id == app && created >= since && created < until {
+                events.push(stored);
+            }
+        }
+        events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
+        let position = serde_json::to_string(&marks).map_err(|e| corrupt("replay position", e))?;
+        Ok(EventWindow {
+            events,
+            position,
+            complete,
+        })
+    }
+
+    async fn get_replay(&self, id: &ReplayId) -> Result<Option<Replay>> {
+        self.get(replay_pk(id), REPLAY_SK)
+            .await?
+            .map(schema::replay_from_item)
+            .transpose()
+    }
+
+    async fn put_replay(&self, replay: &Replay, expected_version: Option<u64>) -> Result<bool> {
+        let item = into_sdk(schema::replay_item(replay, self.retention)?);
+        let _g = self.guard().await;
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let request = match expected_version {
+            None => request.condition_expression("attribute_not_exists(PK)"),
+            Some(version) => request
+                .condition_expression("version = :expected")
+                .expression_attribute_values(":expected", AttributeValue::N(version.to_string())),
+        };
+        condition_to_bool(request.send().await, "PutItem")
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {

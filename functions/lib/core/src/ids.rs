@@ -165,6 +165,10 @@ typed_id!(
     DeliveryId, "dlv", "delivery"
 );
 typed_id!(
+    /// A replay of the events an endpoint never had (`rpl_...`).
+    ReplayId, "rpl", "replay"
+);
+typed_id!(
     /// An app-scoped API key (`key_...`); the key itself is `<id>.<secret>`.
     ApiKeyId, "key", "API key"
 );

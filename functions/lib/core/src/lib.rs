@@ -6,6 +6,7 @@
 //! - [`model`]: [`Event`](model::Event), [`Endpoint`](model::Endpoint),
 //!   [`Delivery`](model::Delivery), [`Attempt`](model::Attempt) and the delivery
 //!   state machine (`pending -> delivered | failed`, `failed -> pending`).
+//! - [`rate`]: per-endpoint rate limits as numbered send slots.
 //! - [`retry`]: [`RetryPolicy`](retry::RetryPolicy) (the seed's schedule by
 //!   default, or one parsed from `"5s,5m,30m"`), `Retry-After` parsing, and
 //!   response classification.
@@ -21,6 +22,7 @@ pub mod apikey;
 pub mod error;
 pub mod ids;
 pub mod model;
+pub mod rate;
 pub mod retry;
 pub mod signing;
 pub mod stats;

@@ -174,6 +174,10 @@ pub struct Endpoint {
     /// endpoint is disabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_since: Option<DateTime<Utc>>,
+    /// At most this many requests per second to it, across every deliver
+    /// instance ([`crate::rate`]); none: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<u32>,
 }
 
 /// Most custom headers per endpoint.
@@ -272,6 +276,7 @@ impl Endpoint {
             version: 0,
             headers: BTreeMap::new(),
             failing_since: None,
+            rate_limit: None,
         }
     }
 
@@ -466,6 +471,10 @@ pub struct Delivery {
     /// then reads the event, as it always did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_sha256: Option<String>,
+    /// The send slot its endpoint's rate limiter gave the next attempt
+    /// (which is due then): that attempt is sent without taking another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_until: Option<DateTime<Utc>>,
 }
 
 /// Whether filters `event_types` (exact names, `prefix.*`, `*`; empty =
@@ -542,6 +551,7 @@ impl Delivery {
             created_at: now,
             updated_at: now,
             body_sha256: Some(body_digest(&event.body)),
+            throttled_until: None,
         }
     }
 
@@ -611,6 +621,7 @@ impl Delivery {
     fn push_attempt(&mut self, mut attempt: Attempt) {
         self.version += 1;
         self.requeued = false;
+        self.throttled_until = None;
         self.attempt_count += 1;
         self.total_attempts += 1;
         attempt.attempt = self.total_attempts;
@@ -656,6 +667,38 @@ impl Delivery {
         self.next_attempt_at = Some(now);
         self.updated_at = now;
         Ok(())
+    }
+
+    /// The endpoint's rate limiter put the next attempt at send slot
+    /// `slot`: due at the start of the slot's second (a queue delay is whole
+    /// seconds, so the attempt comes back within that second), under a new
+    /// version (the message that brought it here is done), with the slot
+    /// kept so that attempt does not take another. Attempt count and budget
+    /// are untouched: waiting for the limit is not a failure.
+    pub fn throttle(&mut self, slot: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), CoreError> {
+        if self.status != DeliveryStatus::Pending {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "throttle",
+            });
+        }
+        self.version += 1;
+        self.requeued = false;
+        self.next_attempt_at = Some(crate::rate::second_of(slot));
+        self.throttled_until = Some(slot);
+        self.updated_at = now;
+        Ok(())
+    }
+
+    /// The send slot the limiter gave this delivery's next attempt, if it
+    /// still holds at `now`: the attempt is the one throttled, and the
+    /// slot's wall-clock second has not passed (a later attempt takes a new
+    /// slot, so late ones arriving together cannot exceed the limit).
+    pub fn reserved_slot(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.throttled_until.filter(|slot| {
+            let second = crate::rate::second_of(*slot);
+            self.next_attempt_at == Some(second) && now < second + chrono::TimeDelta::seconds(1)
+        })
     }
 
     /// A manual retry: `failed -> pending`, due now, with a fresh attempt

@@ -43,7 +43,14 @@ pub enum DeliverOutcome {
     NotDue,
     /// The message no longer matches the delivery: acked, nothing sent.
     Stale,
+    /// The endpoint's rate limit put the attempt at a later send slot: the
+    /// delivery is due then (dispatch queues it; budget untouched).
+    Throttled,
 }
+
+/// Longest wait for a send slot inside a deliver invocation; a later slot
+/// is written to the delivery and the attempt comes back then.
+const IN_PROCESS_WAIT: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 
 /// A message is handled this much before `not_before` at the earliest (SQS
 /// delays are whole seconds, rounded up by dispatch).
@@ -132,6 +139,46 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
     }
 
+    /// The endpoint's rate limit: `None` when the request may go now (after
+    /// waiting in process for a slot at most [`IN_PROCESS_WAIT`] away), or
+    /// the later slot the attempt must wait for. The slot the delivery
+    /// already holds is used; otherwise one is taken from the limiter.
+    async fn pace(
+        &self,
+        delivery: &Delivery,
+        endpoint: &Endpoint,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, PipelineError> {
+        let Some(per_second) = endpoint.rate_limit else {
+            return Ok(None);
+        };
+        let slot = match delivery.reserved_slot(now) {
+            Some(slot) => slot,
+            None => {
+                let number = self
+                    .store
+                    .reserve_send_slot(&endpoint.id, per_second, now)
+                    .await?;
+                hookline_core::rate::slot_start(number, per_second)
+            }
+        };
+        let wait = slot - (self.clock)();
+        if wait > IN_PROCESS_WAIT {
+            return Ok(Some(slot));
+        }
+        if let Ok(wait) = wait.to_std() {
+            tokio::time::sleep(wait).await;
+        }
+        Ok(None)
+    }
+
+    /// The same, reading time from `clock` (tests).
+    #[cfg(test)]
+    fn with_clock(mut self, clock: fn() -> DateTime<Utc>) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// Parses and handles one message body.
     pub async fn handle_body(&self, body: &str) -> Result<DeliverOutcome, PipelineError> {
         let message: DeliveryMessage = serde_json::from_str(body)
@@ -197,6 +244,21 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             )
         };
 
+        if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
+            if let Some(slot) = self.pace(&delivery, ep, now).await? {
+                delivery.throttle(slot, now)?;
+                if !self
+                    .store
+                    .update_delivery(&delivery, expected_version)
+                    .await?
+                {
+                    tracing::warn!(delivery_id = %delivery.id, "throttle raced with another writer");
+                    return Ok(DeliverOutcome::Stale);
+                }
+                tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, slot = %slot.to_rfc3339(), "rate limited: the attempt waits for its send slot");
+                return Ok(DeliverOutcome::Throttled);
+            }
+        }
         let (transition, latency_ms) = match endpoint.as_ref() {
             None => (delivery.fail_now(not_deliverable("endpoint deleted"))?, 0),
             Some(ep) if ep.disabled => {
@@ -510,8 +572,144 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::message_for;
     use crate::fakes::{MemoryQueue, MemoryStore, ScriptedSender};
+    use crate::ports::StoredEvent;
+    use hookline_core::ids::{DeliveryId, EventId};
+    use hookline_core::model::{Event, EventType};
     use hookline_core::signing::Secret;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    /// The rate-limit test's clock: now, moved by `SHIFT_MS`.
+    static SHIFT_MS: AtomicI64 = AtomicI64::new(0);
+    fn shifted() -> DateTime<Utc> {
+        Utc::now() + chrono::TimeDelta::milliseconds(SHIFT_MS.load(Ordering::SeqCst))
+    }
+    fn move_clock_to(at: DateTime<Utc>) {
+        let delta = (at - Utc::now()).num_milliseconds();
+        SHIFT_MS.store(delta, Ordering::SeqCst);
+    }
+
+    /// A limit of 1 request per second: of four attempts handled at once, the
+    /// first goes now, the second after waiting in process for its slot,
+    /// the others are written due at their slots (1 s apart), budget
+    /// untouched, their message done (stale if it comes again). Coming back
+    /// at its slot an attempt uses it (the limiter is not asked again, so
+    /// the next new one gets the slot after the last); one picked up late
+    /// takes a new slot.
+    #[tokio::test]
+    async fn a_rate_limit_gives_each_attempt_a_slot_and_keeps_the_budget() {
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(200)),
+            Settings::for_tests(&[]).unwrap(),
+        )
+        .with_clock(shifted);
+        let t0 = shifted();
+        let ep = Endpoint {
+            rate_limit: Some(1),
+            ..Endpoint::new(
+                EndpointId::generate(),
+                AppId::parse("a").unwrap(),
+                "https://example.com/hook",
+                Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+                t0,
+            )
+        };
+        deliverer.store.put_endpoint(&ep).await.unwrap();
+        let new_delivery = |n: usize| {
+            let event = Event::new(
+                EventId::new_fanout_base(t0, &mut rand::thread_rng()),
+                ep.app_id.clone(),
+                EventType::parse("order.paid").unwrap(),
+                &serde_json::value::RawValue::from_string(format!("{{\"n\":{n}}}")).unwrap(),
+                t0,
+            );
+            let d = Delivery::new(
+                DeliveryId::for_event_endpoint(&event.id, &ep.id),
+                &event,
+                ep.id.clone(),
+                t0,
+            );
+            deliverer.store.insert_event(StoredEvent {
+                event,
+                targets: vec![],
+                fanout_remaining: vec![],
+                fanout_version: 0,
+            });
+            deliverer.store.insert_delivery(d.clone());
+            d
+        };
+        let stored = |d: &Delivery| {
+            deliverer
+                .store
+                .delivery_items()
+                .into_iter()
+                .find(|s| s.id == d.id)
+                .unwrap()
+        };
+        let deliverer = &deliverer;
+        let handle = |d: Delivery| async move {
+            let (message, _) = message_for(&d, shifted()).unwrap();
+            deliverer.handle(&message).await.unwrap()
+        };
+        let sent = || deliverer.sender.requests.lock().unwrap().len();
+
+        let ds: Vec<Delivery> = (0..4).map(new_delivery).collect();
+        let outcomes = futures::future::join_all(ds.iter().cloned().map(handle)).await;
+        use DeliverOutcome::{Delivered, Stale, Throttled};
+        assert_eq!(outcomes, [Delivered, Delivered, Throttled, Throttled]);
+        assert_eq!(sent(), 2);
+        let (third, fourth) = (stored(&ds[2]), stored(&ds[3]));
+        let slot3 = third.throttled_until.expect("a slot");
+        let slot4 = fourth.throttled_until.expect("a slot");
+        assert_eq!(slot4 - slot3, chrono::TimeDelta::seconds(1));
+        assert!(
+            slot3 - t0 >= chrono::TimeDelta::milliseconds(1000),
+            "{slot3} {t0}"
+        );
+        for d in [&third, &fourth] {
+            assert_eq!(d.status, DeliveryStatus::Pending);
+            assert_eq!((d.attempt_count, d.total_attempts, d.version), (0, 0, 1));
+            // Due at the start of the slot's second.
+            let slot = d.throttled_until.unwrap();
+            assert_eq!(
+                d.next_attempt_at,
+                Some(hookline_core::rate::second_of(slot))
+            );
+        }
+        // The message that brought it is done.
+        assert_eq!(handle(ds[2].clone()).await, Stale);
+
+        // Back in their slots' seconds: sent, with no new slot taken.
+        move_clock_to(hookline_core::rate::second_of(slot3));
+        assert_eq!(handle(third.clone()).await, Delivered);
+        move_clock_to(slot4);
+        assert_eq!(handle(fourth.clone()).await, Delivered);
+        assert_eq!(sent(), 4);
+        let after = stored(&ds[2]);
+        assert_eq!(
+            (
+                after.attempt_count,
+                after.attempts[0].attempt,
+                after.throttled_until
+            ),
+            (1, 1, None)
+        );
+        // Two more at slot4: the first waits in process for slot4 + 1 s,
+        // the second's slot is slot4 + 2 s.
+        let more: Vec<Delivery> = (4..6).map(new_delivery).collect();
+        let outcomes = futures::future::join_all(more.iter().cloned().map(handle)).await;
+        assert_eq!(outcomes, [Delivered, Throttled]);
+        let slot6 = stored(&more[1]).throttled_until.unwrap();
+        assert_eq!(slot6 - slot4, chrono::TimeDelta::seconds(2));
+        // Picked up after its slot's second: a new slot, now (idle limiter).
+        move_clock_to(slot6 + chrono::TimeDelta::seconds(3));
+        assert_eq!(handle(stored(&more[1])).await, Delivered);
+        assert_eq!(sent(), 6);
+        SHIFT_MS.store(0, Ordering::SeqCst);
+    }
 
     /// A failure streak is measured from its first failure; a 2xx ends it;
     /// the endpoint is disabled only once a streak lasts

@@ -9,7 +9,7 @@
 //! message whose attempt number no longer matches the stored delivery.
 
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{DeliveryId, EventId};
+use hookline_core::ids::{DeliveryId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Event};
 
 use std::collections::HashMap;
@@ -27,6 +27,8 @@ pub enum StreamChange {
     EventFanout(EventId),
     /// A new event with a listed fan-out (acted on for inserts only).
     ListedFanout(Box<StoredEvent>),
+    /// A replay still running: its next step ([`crate::replay`]).
+    RunningReplay(ReplayId),
     /// Anything else (endpoints, terminal deliveries, removals).
     Ignored,
 }

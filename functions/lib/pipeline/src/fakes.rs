@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
-use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
 use hookline_core::stats::StatsDelta;
 
 use crate::messages::DeliveryMessage;
 use crate::ports::*;
+use crate::replay::Replay;
 
 /// Appends a line of measured figures to `target/test-figures/<name>.txt`
 /// (the suite's RELIABILITY.md is written from them by `tests/run`).
@@ -52,6 +53,8 @@ struct StoreState {
     api_keys: HashMap<ApiKeyId, ApiKey>,
     /// Per endpoint: its hours' counts and its waiting gauge.
     stats: HashMap<EndpointId, (std::collections::BTreeMap<DateTime<Utc>, StatsDelta>, i64)>,
+    replays: HashMap<ReplayId, Replay>,
+    limiters: HashMap<EndpointId, hookline_core::rate::Limiter>,
 }
 
 /// An in-memory [`Store`].
@@ -159,6 +162,18 @@ impl Store for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+    async fn reserve_send_slot(
+        &self,
+        id: &EndpointId,
+        per_second: u32,
+        now: DateTime<Utc>,
+    ) -> Result<i64> {
+        let mut s = lock(&self.state);
+        let state = s.limiters.get(id).copied();
+        let (slot, next) = hookline_core::rate::reserve(state, per_second, now);
+        s.limiters.insert(id.clone(), next);
+        Ok(slot)
     }
     async fn add_endpoint_stats(
         &self,
@@ -379,6 +394,12 @@ impl Store for MemoryStore {
                     .filter(|e| !e.fanout_remaining.is_empty())
                     .map(|e| (e.event.created_at, Overdue::Event(e.event.id.clone()))),
             )
+            .chain(
+                s.replays
+                    .values()
+                    .filter(|r| !r.complete)
+                    .map(|r| (r.updated_at, Overdue::Replay(r.id.clone()))),
+            )
             .filter(|(at, _)| *at < cutoff)
             .collect();
         due.sort_by_key(|(at, _)| *at);
@@ -430,6 +451,50 @@ impl Store for MemoryStore {
             return Ok(false);
         }
         s.deliveries.insert(delivery.id.clone(), delivery.clone());
+        Ok(true)
+    }
+    async fn events_in_window(
+        &self,
+        app: &AppId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+        position: &str,
+        limit: usize,
+    ) -> Result<EventWindow> {
+        let s = lock(&self.state);
+        let after = (!position.is_empty())
+            .then(|| EventId::parse(position))
+            .transpose()?;
+        let mut events: Vec<StoredEvent> = s
+            .events
+            .values()
+            .filter(|e| &e.event.app_id == app && e.fanout_remaining.is_empty())
+            .filter(|e| e.event.created_at >= since && e.event.created_at < until)
+            .filter(|e| after.as_ref().is_none_or(|a| e.event.id > *a))
+            .cloned()
+            .collect();
+        events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
+        let complete = events.len() <= limit;
+        events.truncate(limit);
+        let position = events
+            .last()
+            .map_or_else(|| position.to_owned(), |e| e.event.id.to_string());
+        Ok(EventWindow {
+            events,
+            position,
+            complete,
+        })
+    }
+    async fn get_replay(&self, id: &ReplayId) -> Result<Option<Replay>> {
+        Ok(lock(&self.state).replays.get(id).cloned())
+    }
+    async fn put_replay(&self, replay: &Replay, expected_version: Option<u64>) -> Result<bool> {
+        let mut s = lock(&self.state);
+        let current = s.replays.get(&replay.id).map(|r| r.version);
+        if current != expected_version {
+            return Ok(false);
+        }
+        s.replays.insert(replay.id.clone(), replay.clone());
         Ok(true)
     }
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {

@@ -15,6 +15,8 @@
 //! - [`redrive`]: drain the DLQ on demand (manual retry).
 //! - [`recover`]: retry one failed delivery, or an endpoint's failed ones in a
 //!   time window (bulk recover).
+//! - [`replay`]: replay missing: an endpoint's deliveries of the events of a
+//!   window it never had, bounded per call and continued in the background.
 //! - [`sender`]: the reqwest HTTP sender with the private-address guard.
 //! - [`operational`]: operational webhooks (`endpoint.disabled`, `endpoint.enabled`,
 //!   `delivery.failed`) as events of the reserved app `_operational`.
@@ -36,6 +38,7 @@ pub mod ports;
 pub mod reconcile;
 pub mod recover;
 pub mod redrive;
+pub mod replay;
 pub mod sender;
 pub mod settings;
 

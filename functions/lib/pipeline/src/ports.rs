@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
-use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId};
+use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Event};
 use hookline_core::signing::SignedHeaders;
 use hookline_core::stats::StatsDelta;
 
 use crate::messages::DeliveryMessage;
+use crate::replay::Replay;
 use crate::PipelineError;
 
 pub type Result<T> = std::result::Result<T, PipelineError>;
@@ -126,6 +127,8 @@ pub enum Overdue {
     Delivery(DeliveryId),
     /// An event with fan-out left to materialise.
     Event(EventId),
+    /// A running replay not advanced for a while.
+    Replay(ReplayId),
 }
 
 impl std::fmt::Display for Overdue {
@@ -133,8 +136,21 @@ impl std::fmt::Display for Overdue {
         match self {
             Self::Delivery(id) => write!(f, "{id}"),
             Self::Event(id) => write!(f, "{id}"),
+            Self::Replay(id) => write!(f, "{id}"),
         }
     }
+}
+
+/// One page of an app's events in a time window, from the event time
+/// indexes ([`Store::events_in_window`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventWindow {
+    /// The app's events created in the window, in no particular order.
+    pub events: Vec<StoredEvent>,
+    /// Where the next page starts (opaque).
+    pub position: String,
+    /// No page follows.
+    pub complete: bool,
 }
 
 /// Filters of a delivery list (newest first).
@@ -209,6 +225,16 @@ pub trait Store: Send + Sync {
         endpoint: &Endpoint,
         expected_version: u64,
     ) -> impl Future<Output = Result<bool>> + Send;
+    /// Takes the next send slot of endpoint `id`'s rate limiter
+    /// ([`hookline_core::rate::reserve`], atomic across every deliver
+    /// instance): the slot's number.
+    fn reserve_send_slot(
+        &self,
+        id: &EndpointId,
+        per_second: u32,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<i64>> + Send;
+
     /// Adds `delta` to endpoint `id`'s counts of the hour starting at
     /// `hour` ([`hookline_core::stats`]), and its `waiting` to the
     /// endpoint's gauge of deliveries waiting for a retry. Counters, not
@@ -342,6 +368,32 @@ pub trait Store: Send + Sync {
     /// Writes a delivery item if the delivery has none yet. `Ok(false)`: it
     /// has one (its attempt wrote it meanwhile); nothing written.
     fn create_delivery(&self, delivery: &Delivery) -> impl Future<Output = Result<bool>> + Send;
+
+    /// About `limit` events of `app` created in `[since, until)` from
+    /// `position` (`""`: the start of the window), read from the event time
+    /// index and the event log (never a scan of the table). An event whose
+    /// large fan-out is still being materialised is in neither until that
+    /// ends.
+    fn events_in_window(
+        &self,
+        app: &AppId,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+        position: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<EventWindow>> + Send;
+    /// A replay by id (consistent read).
+    fn get_replay(&self, id: &ReplayId) -> impl Future<Output = Result<Option<Replay>>> + Send;
+    /// Stores a replay: a new one (`expected_version` `None`: only if its id
+    /// is free) or its next step, only if still at `expected_version`.
+    /// `Ok(false)`: nothing written. A running replay is in the overdue
+    /// index (due at `updated_at`) and each write of one is a stream record
+    /// dispatch continues it from.
+    fn put_replay(
+        &self,
+        replay: &Replay,
+        expected_version: Option<u64>,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Stores a new app-scoped API key record (only its hash).
     fn put_api_key(&self, key: &ApiKey) -> impl Future<Output = Result<()>> + Send;

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::dispatch::{materialise_fanout, message_for};
 use crate::messages::INLINE_BODY_MAX;
 use crate::ports::{Overdue, Queue, Store, StoredEvent};
+use crate::replay::{continue_replay, Continued};
 use crate::{PipelineError, Settings};
 
 /// Overdue entries one run handles at most; the next run continues.
@@ -55,6 +56,9 @@ pub struct ReconcileReport {
     /// queued.
     #[serde(default)]
     pub listed_requeued: u32,
+    /// Running replays that had stalled, advanced one step.
+    #[serde(default)]
+    pub replays: u32,
     /// Entries that were no longer overdue when read (picked up meanwhile).
     pub skipped: u32,
     /// Entries that failed (logged; the run fails after trying all others).
@@ -118,6 +122,14 @@ pub async fn reconcile<S: Store, Q: Queue>(
                 tracing::warn!(event_id = %id, deliveries = written, "overdue fan-out materialised by the reconciler");
                 report.fanouts += 1;
             }),
+            Overdue::Replay(id) => continue_replay(store, id, now).await.map(|step| {
+                if step == Continued::Advanced {
+                    tracing::warn!(replay_id = %id, "stalled replay continued by the reconciler");
+                    report.replays += 1;
+                } else {
+                    report.skipped += 1;
+                }
+            }),
         };
         if let Err(err) = outcome {
             tracing::error!(entry = %entry, error = %hookline_core::error::Chain(&err), "reconciling an overdue entry failed");
@@ -137,7 +149,8 @@ pub async fn reconcile<S: Store, Q: Queue>(
             first_error.get_or_insert(err);
         }
     }
-    if report.requeued > 0 || report.fanouts > 0 || report.listed_requeued > 0 {
+    if report.requeued > 0 || report.fanouts > 0 || report.listed_requeued > 0 || report.replays > 0
+    {
         tracing::warn!(report = %report, "reconciler found lost work");
     } else {
         tracing::info!(report = %report, "reconciler run");

@@ -78,6 +78,10 @@ pub struct Settings {
     /// `WEBHOOKS_RECONCILE_INTERVAL` (default 5m): how often the reconciler
     /// runs (the template's schedule; the local stack's timer).
     pub reconcile_interval: Duration,
+    /// `WEBHOOKS_REPLAY_INLINE_BUDGET` (default 5s, at most 20s): how long
+    /// the replay route advances a replay before answering; the rest of the
+    /// window continues in the background (0: all of it).
+    pub replay_inline_budget: Duration,
     /// `WEBHOOKS_KMS_KEY_ID` (required): the KMS key that seals endpoint
     /// secrets at rest (envelope encryption; the template creates it).
     /// `None` only in [`Settings::for_tests`] (in-memory stores).
@@ -233,6 +237,10 @@ impl Settings {
                 .duration("WEBHOOKS_RECONCILE_AFTER", Duration::from_secs(15 * 60))?,
             reconcile_interval: vars
                 .duration("WEBHOOKS_RECONCILE_INTERVAL", Duration::from_secs(5 * 60))?,
+            replay_inline_budget: vars.duration(
+                "WEBHOOKS_REPLAY_INLINE_BUDGET",
+                crate::replay::INLINE_BUDGET,
+            )?,
             deliver_function_timeout: vars
                 .duration("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", Duration::from_secs(30))?,
             aws_endpoint_url: vars.get("WEBHOOKS_AWS_ENDPOINT_URL"),
@@ -308,6 +316,13 @@ impl Settings {
                  twice the delivery timeout ({} s)",
                     in_flight.as_secs()
                 ),
+            });
+        }
+        // API Gateway answers 504 after 29 s: the route must answer first.
+        if self.replay_inline_budget > Duration::from_secs(20) {
+            return Err(ConfigError::Inconsistent {
+                var: "WEBHOOKS_REPLAY_INLINE_BUDGET",
+                reason: "at most 20s (API Gateway's 29 s limit, plus the last step)".into(),
             });
         }
         if self.reconcile_interval.is_zero() {

@@ -1,0 +1,125 @@
+//! Per-endpoint rate limits as numbered send slots.
+//!
+//! A limit of `r` requests per second cuts time into slots of `1/r` s,
+//! numbered from the Unix epoch: slot `k` starts at `k / r` s, so the `r`
+//! slots of a wall-clock second all lie inside it. A limiter keeps one
+//! number per endpoint, the next free slot; each request takes one
+//! ([`reserve`]): the slot of `now` when the limiter is idle, else the next
+//! free one. A request is sent at its slot's start (or at once, if that has
+//! passed), so no wall-clock second sees more than `r` requests, across
+//! every deliver instance sharing the limiter.
+
+use chrono::{DateTime, Utc};
+
+use crate::CoreError;
+
+/// Highest `rate_limit` an endpoint can have (requests per second; a
+/// slot is then 1 ms, the clock's resolution).
+pub const MAX_RATE_LIMIT: u32 = 1_000;
+
+/// Checks a `rate_limit`: 1 to [`MAX_RATE_LIMIT`] requests per second.
+pub fn check_rate_limit(per_second: u32) -> Result<(), CoreError> {
+    if (1..=MAX_RATE_LIMIT).contains(&per_second) {
+        Ok(())
+    } else {
+        Err(CoreError::InvalidInput {
+            field: "rate_limit",
+            reason: format!("requests per second, 1 to {MAX_RATE_LIMIT}"),
+        })
+    }
+}
+
+/// The slot `now` falls in.
+pub fn slot_of(now: DateTime<Utc>, per_second: u32) -> i64 {
+    (now.timestamp_millis() * i64::from(per_second)).div_euclid(1000)
+}
+
+/// When slot `slot` starts.
+pub fn slot_start(slot: i64, per_second: u32) -> DateTime<Utc> {
+    let ms = (slot * 1000).div_euclid(i64::from(per_second.max(1)))
+        + i64::from((slot * 1000).rem_euclid(i64::from(per_second.max(1))) != 0);
+    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The start of the wall-clock second `at` falls in.
+pub fn second_of(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(at.timestamp(), 0).unwrap_or(at)
+}
+
+/// A limiter's state: the next free slot, under the rate it was numbered for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limiter {
+    pub next: i64,
+    pub per_second: u32,
+}
+
+/// Takes a slot at `now`: the limiter's next free one, or `now`'s slot when
+/// it is idle, new, or numbered for another rate. Returns the slot and the
+/// new state (what a store writes, conditionally on the old one).
+pub fn reserve(state: Option<Limiter>, per_second: u32, now: DateTime<Utc>) -> (i64, Limiter) {
+    let current = slot_of(now, per_second);
+    let slot = match state {
+        Some(s) if s.per_second == per_second && s.next >= current => s.next,
+        _ => current,
+    };
+    (
+        slot,
+        Limiter {
+            next: slot + 1,
+            per_second,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at_ms(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
+    }
+
+    /// However the requests come, no wall-clock second holds more than the
+    /// limit of slot starts, and an idle limiter serves at once.
+    #[test]
+    fn no_second_holds_more_than_the_limit() {
+        for per_second in [1, 2, 3, 7, 10, 333] {
+            let mut state = None;
+            let mut per_sec = std::collections::BTreeMap::<i64, u32>::new();
+            let now = at_ms(123);
+            for _ in 0..(per_second * 5) {
+                let (slot, next) = reserve(state, per_second, now);
+                state = Some(next);
+                let start = slot_start(slot, per_second).max(now);
+                *per_sec.entry(start.timestamp()).or_default() += 1;
+                assert!(slot_of(start, per_second) == slot, "{per_second}: {slot}");
+            }
+            assert!(per_sec.values().all(|&n| n <= per_second), "{per_sec:?}");
+            // Five seconds' worth, in at most six seconds.
+            assert!(per_sec.len() <= 6, "{per_sec:?}");
+        }
+        // Idle, then used again later: the slot of now.
+        let (slot, state) = reserve(None, 4, at_ms(0));
+        assert_eq!(slot_start(slot, 4), at_ms(0));
+        let (later, _) = reserve(Some(state), 4, at_ms(10_000));
+        assert_eq!(later, slot_of(at_ms(10_000), 4));
+        // Another rate renumbers.
+        let (slot, _) = reserve(
+            Some(Limiter {
+                next: i64::MAX / 2,
+                per_second: 3,
+            }),
+            4,
+            at_ms(0),
+        );
+        assert_eq!(slot, slot_of(at_ms(0), 4));
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        assert!(check_rate_limit(0).is_err());
+        assert!(check_rate_limit(1).is_ok());
+        assert!(check_rate_limit(MAX_RATE_LIMIT).is_ok());
+        assert!(check_rate_limit(MAX_RATE_LIMIT + 1).is_err());
+    }
+}
