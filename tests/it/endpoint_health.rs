@@ -596,6 +596,26 @@ async fn replay_sends_exactly_the_events_the_endpoint_missed() {
     let wider = json!({"since": (since - chrono::TimeDelta::seconds(60)).to_rfc3339()});
     let (_, wide) = replay(wider).await;
     assert_eq!(wide["replayed"], 1, "{wide} (outside: {outside})");
+    // A window starting at an event's exact creation time (finer than its
+    // id's millisecond) holds it: replaying from `outside`'s own time finds
+    // it (already replayed above: 0 new, but scanned).
+    let outside_id = hookline_tests::event_id(&outside);
+    let (status, _, stored) = stack
+        .call(
+            "GET",
+            &format!("/v1/apps/replay/events/{outside_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{stored}");
+    let exact = json!({"since": stored["created_at"], "until": since_s});
+    let (_, from_exact) = replay(exact).await;
+    assert_eq!(
+        (&from_exact["scanned"], &from_exact["replayed"]),
+        (&json!(1), &json!(0)),
+        "{from_exact} ({stored})"
+    );
     let status_url = first["status_url"].as_str().unwrap().to_owned();
     let (status, _, progress) = stack.call("GET", &status_url, None, &[]).await;
     assert_eq!(status, 200, "{progress}");
