@@ -887,3 +887,81 @@ async fn a_rate_limited_endpoint_gets_at_most_its_limit_per_second() {
         ),
     );
 }
+
+/// The DynamoDB limiter on the real wire protocol: a group takes
+/// consecutive slots in one write, a wrong guess of the limiter's state
+/// costs a write but never a slot, a new rate renumbers, and concurrent
+/// reservations from several "instances" never share a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dynamodb_rate_limiter_never_hands_out_a_slot_twice() {
+    use hookline_aws::DynamoStore;
+    use hookline_core::ids::EndpointId;
+    use hookline_core::rate::slot_of;
+    use hookline_pipeline::ports::Store;
+
+    let stack = Stack::start(&[]).await;
+    let store = DynamoStore::new(
+        stack.clients.dynamodb.clone(),
+        stack.settings.table.clone(),
+        stack.settings.retention,
+    );
+    let id = EndpointId::generate();
+    // Far in the future so the limiter stays busy while the test runs.
+    let now = chrono::Utc::now() + chrono::Duration::hours(1);
+    let current = slot_of(now, 10);
+    // New limiter, wrong guess (busy): still the slot of now, 3 of them.
+    let first = store
+        .reserve_send_slots(&id, 10, 3, true, now)
+        .await
+        .unwrap();
+    assert_eq!(first, current);
+    // Busy, wrong guess (idle): queued behind the group.
+    let next = store
+        .reserve_send_slots(&id, 10, 1, false, now)
+        .await
+        .unwrap();
+    assert_eq!(next, current + 3);
+    // Busy, right guess.
+    let next = store
+        .reserve_send_slots(&id, 10, 2, true, now)
+        .await
+        .unwrap();
+    assert_eq!(next, current + 4);
+    // Another rate renumbers from the slot of now.
+    let renumbered = store
+        .reserve_send_slots(&id, 4, 1, true, now)
+        .await
+        .unwrap();
+    assert_eq!(renumbered, slot_of(now, 4));
+    // Idle again much later: the slot of then.
+    let later = now + chrono::Duration::minutes(5);
+    let idle = store
+        .reserve_send_slots(&id, 4, 1, true, later)
+        .await
+        .unwrap();
+    assert_eq!(idle, slot_of(later, 4));
+
+    // Four "instances" race, 5 groups of 2 each, guessing both ways.
+    let fresh = EndpointId::generate();
+    let tasks = (0..4).map(|i| {
+        let store = store.clone();
+        let fresh = fresh.clone();
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            for j in 0..5 {
+                let first = store
+                    .reserve_send_slots(&fresh, 10, 2, (i + j) % 2 == 0, now)
+                    .await
+                    .unwrap();
+                got.extend([first, first + 1]);
+            }
+            got
+        })
+    });
+    let mut all: Vec<i64> = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_unstable();
+    assert_eq!(all, (current..current + 40).collect::<Vec<_>>());
+}

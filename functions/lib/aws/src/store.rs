@@ -699,75 +699,84 @@ impl Store for DynamoStore {
         condition_to_bool(result, "PutItem")
     }
 
-    async fn reserve_send_slot(
+    async fn reserve_send_slots(
         &self,
         id: &EndpointId,
         per_second: u32,
+        count: u32,
+        likely_busy: bool,
         now: DateTime<Utc>,
     ) -> Result<i64> {
         let current = hookline_core::rate::slot_of(now, per_second);
+        let count = i64::from(count.max(1));
         let n = |v: i64| AttributeValue::N(v.to_string());
         let expires = n((now + chrono::TimeDelta::days(1)).timestamp());
-        // Two conditional updates cover every state; a lost race tries again.
-        for _ in 0..4 {
-            // Busy: take the next free slot.
-            let taken = {
-                let _g = self.guard().await;
-                self.client
-                    .update_item()
-                    .table_name(&self.table)
-                    .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
-                    .update_expression("SET expires_at = :exp ADD next_slot :one")
-                    .condition_expression("per_second = :rate AND next_slot >= :now")
-                    .expression_attribute_values(":exp", expires.clone())
-                    .expression_attribute_values(":one", n(1))
-                    .expression_attribute_values(":rate", n(i64::from(per_second)))
-                    .expression_attribute_values(":now", n(current))
-                    .return_values(ReturnValue::UpdatedNew)
-                    .send()
-                    .await
-            };
-            match taken {
-                Ok(out) => {
-                    let next = out
-                        .attributes
-                        .as_ref()
-                        .and_then(|a| a.get("next_slot"))
-                        .and_then(|v| v.as_n().ok())
-                        .and_then(|v| v.parse::<i64>().ok())
-                        .ok_or_else(|| corrupt("rate limiter", "no next_slot returned"))?;
-                    return Ok(next - 1);
+        // Two conditional updates cover every state, the likely one first:
+        // one write per call unless the guess was wrong or a race was lost.
+        let mut busy = likely_busy;
+        for _ in 0..6 {
+            if busy {
+                // Busy: take the next free slots.
+                let taken = {
+                    let _g = self.guard().await;
+                    self.client
+                        .update_item()
+                        .table_name(&self.table)
+                        .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
+                        .update_expression("SET expires_at = :exp ADD next_slot :count")
+                        .condition_expression("per_second = :rate AND next_slot >= :now")
+                        .expression_attribute_values(":exp", expires.clone())
+                        .expression_attribute_values(":count", n(count))
+                        .expression_attribute_values(":rate", n(i64::from(per_second)))
+                        .expression_attribute_values(":now", n(current))
+                        .return_values(ReturnValue::UpdatedNew)
+                        .send()
+                        .await
+                };
+                match taken {
+                    Ok(out) => {
+                        let next = out
+                            .attributes
+                            .as_ref()
+                            .and_then(|a| a.get("next_slot"))
+                            .and_then(|v| v.as_n().ok())
+                            .and_then(|v| v.parse::<i64>().ok())
+                            .ok_or_else(|| corrupt("rate limiter", "no next_slot returned"))?;
+                        return Ok(next - count);
+                    }
+                    Err(err) if crate::error::is_condition_failure(&err) => {}
+                    Err(err) => return Err(store_error("UpdateItem", err)),
                 }
-                Err(err) if crate::error::is_condition_failure(&err) => {}
-                Err(err) => return Err(store_error("UpdateItem", err)),
+            } else {
+                // Idle, new, or numbered for another rate: from the slot of now.
+                let started = {
+                    let _g = self.guard().await;
+                    self.client
+                        .update_item()
+                        .table_name(&self.table)
+                        .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
+                        .update_expression(
+                            "SET kind = :kind, next_slot = :next, per_second = :rate, expires_at = :exp",
+                        )
+                        .condition_expression(
+                            "attribute_not_exists(next_slot) OR next_slot < :now OR per_second <> :rate",
+                        )
+                        .expression_attribute_values(":kind", s(KIND_RATE))
+                        .expression_attribute_values(":next", n(current + count))
+                        .expression_attribute_values(":rate", n(i64::from(per_second)))
+                        .expression_attribute_values(":now", n(current))
+                        .expression_attribute_values(":exp", expires.clone())
+                        .send()
+                        .await
+                };
+                if condition_to_bool(started, "UpdateItem")? {
+                    return Ok(current);
+                }
             }
-            // Idle, new, or numbered for another rate: the slot of now.
-            let started = {
-                let _g = self.guard().await;
-                self.client
-                    .update_item()
-                    .table_name(&self.table)
-                    .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
-                    .update_expression(
-                        "SET kind = :kind, next_slot = :next, per_second = :rate, expires_at = :exp",
-                    )
-                    .condition_expression(
-                        "attribute_not_exists(next_slot) OR next_slot < :now OR per_second <> :rate",
-                    )
-                    .expression_attribute_values(":kind", s(KIND_RATE))
-                    .expression_attribute_values(":next", n(current + 1))
-                    .expression_attribute_values(":rate", n(i64::from(per_second)))
-                    .expression_attribute_values(":now", n(current))
-                    .expression_attribute_values(":exp", expires.clone())
-                    .send()
-                    .await
-            };
-            if condition_to_bool(started, "UpdateItem")? {
-                return Ok(current);
-            }
+            busy = !busy;
         }
         Err(PipelineError::store(
-            "rate limiter: lost four races in a row",
+            "rate limiter: lost three races in a row",
             true,
         ))
     }

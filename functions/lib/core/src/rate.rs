@@ -4,7 +4,8 @@
 //! numbered from the Unix epoch: slot `k` starts at `k / r` s, so the `r`
 //! slots of a wall-clock second all lie inside it. A limiter keeps one
 //! number per endpoint, the next free slot; each request takes one
-//! ([`reserve`]): the slot of `now` when the limiter is idle, else the next
+//! ([`reserve`]; requests gathered in one process take consecutive slots in
+//! one write): the slot of `now` when the limiter is idle, else the next
 //! free one. A request is sent at its slot's start (or at once, if that has
 //! passed), so no wall-clock second sees more than `r` requests, across
 //! every deliver instance sharing the limiter.
@@ -53,22 +54,34 @@ pub struct Limiter {
     pub per_second: u32,
 }
 
-/// Takes a slot at `now`: the limiter's next free one, or `now`'s slot when
-/// it is idle, new, or numbered for another rate. Returns the slot and the
-/// new state (what a store writes, conditionally on the old one).
-pub fn reserve(state: Option<Limiter>, per_second: u32, now: DateTime<Utc>) -> (i64, Limiter) {
-    let current = slot_of(now, per_second);
-    let slot = match state {
-        Some(s) if s.per_second == per_second && s.next >= current => s.next,
-        _ => current,
+/// Takes `count` consecutive slots at `now` (at least one): from the
+/// limiter's next free one, or from `now`'s slot when it is idle, new, or
+/// numbered for another rate. Returns the first slot and the new state
+/// (what a store writes, conditionally on the old one).
+pub fn reserve(
+    state: Option<Limiter>,
+    per_second: u32,
+    count: u32,
+    now: DateTime<Utc>,
+) -> (i64, Limiter) {
+    let first = match state {
+        Some(s) if is_busy(s, per_second, now) => s.next,
+        _ => slot_of(now, per_second),
     };
     (
-        slot,
+        first,
         Limiter {
-            next: slot + 1,
+            next: first + i64::from(count.max(1)),
             per_second,
         },
     )
+}
+
+/// Whether a limiter in state `s` is busy at `now` under `per_second`: its
+/// next free slot is not in the past, so a request must queue behind it.
+/// (A store tries the matching write first; see [`reserve`].)
+pub fn is_busy(s: Limiter, per_second: u32, now: DateTime<Utc>) -> bool {
+    s.per_second == per_second && s.next >= slot_of(now, per_second)
 }
 
 #[cfg(test)]
@@ -88,7 +101,7 @@ mod tests {
             let mut per_sec = std::collections::BTreeMap::<i64, u32>::new();
             let now = at_ms(123);
             for _ in 0..(per_second * 5) {
-                let (slot, next) = reserve(state, per_second, now);
+                let (slot, next) = reserve(state, per_second, 1, now);
                 state = Some(next);
                 let start = slot_start(slot, per_second).max(now);
                 *per_sec.entry(start.timestamp()).or_default() += 1;
@@ -99,9 +112,9 @@ mod tests {
             assert!(per_sec.len() <= 6, "{per_sec:?}");
         }
         // Idle, then used again later: the slot of now.
-        let (slot, state) = reserve(None, 4, at_ms(0));
+        let (slot, state) = reserve(None, 4, 1, at_ms(0));
         assert_eq!(slot_start(slot, 4), at_ms(0));
-        let (later, _) = reserve(Some(state), 4, at_ms(10_000));
+        let (later, _) = reserve(Some(state), 4, 1, at_ms(10_000));
         assert_eq!(later, slot_of(at_ms(10_000), 4));
         // Another rate renumbers.
         let (slot, _) = reserve(
@@ -110,9 +123,18 @@ mod tests {
                 per_second: 3,
             }),
             4,
+            1,
             at_ms(0),
         );
         assert_eq!(slot, slot_of(at_ms(0), 4));
+        // A group takes consecutive slots: the next request queues behind
+        // all of them.
+        let (first, state) = reserve(None, 10, 3, at_ms(0));
+        assert_eq!(state.next, first + 3);
+        assert!(is_busy(state, 10, at_ms(0)));
+        let (after, _) = reserve(Some(state), 10, 1, at_ms(0));
+        assert_eq!(after, first + 3);
+        assert!(!is_busy(state, 10, at_ms(10_000)));
     }
 
     #[test]

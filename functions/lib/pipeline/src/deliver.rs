@@ -67,6 +67,8 @@ pub struct Deliverer<S, Q, H> {
     /// per endpoint at its end.
     stats: Mutex<HashMap<(AppId, EndpointId), StatsDelta>>,
     rng: Mutex<StdRng>,
+    /// Send slots of rate-limited endpoints, gathered per batch.
+    pacer: crate::pacer::Pacer,
     clock: fn() -> DateTime<Utc>,
 }
 
@@ -86,6 +88,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             endpoint_cache: Mutex::new(HashMap::new()),
             stats: Mutex::new(HashMap::new()),
             rng: Mutex::new(StdRng::from_entropy()),
+            pacer: crate::pacer::Pacer::default(),
             clock: Utc::now,
         }
     }
@@ -156,8 +159,8 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             Some(slot) => slot,
             None => {
                 let number = self
-                    .store
-                    .reserve_send_slot(&endpoint.id, per_second, now)
+                    .pacer
+                    .take_slot(&self.store, &endpoint.id, per_second, now)
                     .await?;
                 hookline_core::rate::slot_start(number, per_second)
             }

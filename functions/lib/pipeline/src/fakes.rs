@@ -55,6 +55,8 @@ struct StoreState {
     stats: HashMap<EndpointId, (std::collections::BTreeMap<DateTime<Utc>, StatsDelta>, i64)>,
     replays: HashMap<ReplayId, Replay>,
     limiters: HashMap<EndpointId, hookline_core::rate::Limiter>,
+    /// Calls to `reserve_send_slots` (each one limiter write).
+    limiter_writes: u32,
 }
 
 /// An in-memory [`Store`].
@@ -116,6 +118,11 @@ impl MemoryStore {
     pub fn endpoint(&self, id: &EndpointId) -> Option<Endpoint> {
         lock(&self.state).endpoints.get(id).cloned()
     }
+
+    /// How many times a rate limiter was written.
+    pub fn limiter_writes(&self) -> u32 {
+        lock(&self.state).limiter_writes
+    }
 }
 
 /// Idempotency records live this long (as in the DynamoDB store).
@@ -163,15 +170,18 @@ impl Store for MemoryStore {
             _ => Ok(false),
         }
     }
-    async fn reserve_send_slot(
+    async fn reserve_send_slots(
         &self,
         id: &EndpointId,
         per_second: u32,
+        count: u32,
+        _likely_busy: bool,
         now: DateTime<Utc>,
     ) -> Result<i64> {
         let mut s = lock(&self.state);
+        s.limiter_writes += 1;
         let state = s.limiters.get(id).copied();
-        let (slot, next) = hookline_core::rate::reserve(state, per_second, now);
+        let (slot, next) = hookline_core::rate::reserve(state, per_second, count, now);
         s.limiters.insert(id.clone(), next);
         Ok(slot)
     }

@@ -17,6 +17,8 @@
 //!   time window (bulk recover).
 //! - [`replay`]: replay missing: an endpoint's deliveries of the events of a
 //!   window it never had, bounded per call and continued in the background.
+//! - [`pacer`]: rate-limit send slots gathered per process (one limiter
+//!   write for the attempts of a batch that reach the same endpoint).
 //! - [`sender`]: the reqwest HTTP sender with the private-address guard.
 //! - [`operational`]: operational webhooks (`endpoint.disabled`, `endpoint.enabled`,
 //!   `delivery.failed`) as events of the reserved app `_operational`.
@@ -34,6 +36,7 @@ pub mod ingest;
 pub mod messages;
 pub mod metrics;
 pub mod operational;
+pub mod pacer;
 pub mod ports;
 pub mod reconcile;
 pub mod recover;

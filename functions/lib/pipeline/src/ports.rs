@@ -225,13 +225,18 @@ pub trait Store: Send + Sync {
         endpoint: &Endpoint,
         expected_version: u64,
     ) -> impl Future<Output = Result<bool>> + Send;
-    /// Takes the next send slot of endpoint `id`'s rate limiter
+    /// Takes the next `count` send slots of endpoint `id`'s rate limiter
     /// ([`hookline_core::rate::reserve`], atomic across every deliver
-    /// instance): the slot's number.
-    fn reserve_send_slot(
+    /// instance): the first slot's number. `likely_busy` is the caller's
+    /// guess of the limiter's state ([`hookline_core::rate::is_busy`] on
+    /// what it last saw): a store that must choose between writes tries the
+    /// matching one first. A wrong guess costs a write, never a slot.
+    fn reserve_send_slots(
         &self,
         id: &EndpointId,
         per_second: u32,
+        count: u32,
+        likely_busy: bool,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<i64>> + Send;
 
