@@ -104,6 +104,9 @@ echo "== IngestFunction"
 invoke IngestFunction events/api-health.json "$work/health.out"
 check http "$work/health.out" 200
 ok "ingest: GET /health -> 200"
+invoke IngestFunction events/api-put-event-type.json "$work/etype.out"
+check http "$work/etype.out" 201 name >/dev/null
+ok "ingest: PUT /v1/event-types/order.paid -> 201 (its schema checks the events below)"
 sed "s#127.0.0.1:9911#127.0.0.1:$rport#g" events/api-create-endpoint.json > "$work/create.json"
 invoke IngestFunction "$work/create.json" "$work/create.out"
 endpoint_id=$(check http "$work/create.out" 201 id)

@@ -2,6 +2,7 @@
 //! each module is one area, run against moto and real loopback receivers.
 
 mod aws_faults;
+mod catalog;
 mod crash;
 mod endpoint_health;
 mod faults;

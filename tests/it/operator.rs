@@ -2,9 +2,7 @@
 //! of an endpoint's failed deliveries, time-range filters, the DLQ status,
 //! and the OpenAPI document / dashboard routes.
 
-use hookline_ingest::views::{
-    ApiKeyList, ApiKeyOut, DeliveryList, DlqStatus, EndpointList, EndpointOut,
-};
+use hookline_ingest::views::{ApiKeyList, DeliveryList, DlqStatus, EndpointList, EndpointOut};
 use hookline_pipeline::ingest::IngestResponse;
 use hookline_pipeline::recover::RecoverReport;
 use hookline_tests::{error_code, first_delivery, view};
@@ -18,39 +16,6 @@ use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(60);
 
-/// One request with `key` as the bearer token.
-async fn call_as(
-    stack: &Stack,
-    key: &str,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let headers = vec![
-        ("authorization".to_owned(), format!("Bearer {key}")),
-        ("content-type".to_owned(), "application/json".to_owned()),
-    ];
-    let body = body.map(|b| b.to_string());
-    let (status, _, value) = stack
-        .raw_call(method, path, &headers, body.as_deref())
-        .await;
-    (status, value)
-}
-
-async fn new_key(stack: &Stack, app: &str) -> (String, String) {
-    let (status, _, body) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/{app}/api-keys"),
-            Some(json!({"name": format!("{app} service")})),
-            &[],
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let created: ApiKeyOut = view(&body);
-    (created.id, created.key.expect("the key, once"))
-}
-
 fn rfc3339(t: chrono::DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
@@ -59,39 +24,39 @@ fn rfc3339(t: chrono::DateTime<Utc>) -> String {
 async fn app_keys_never_reach_another_app() {
     let stack = Stack::start(&[]).await;
     let receiver = Receiver::healthy().await;
-    let (acme_key_id, acme_key) = new_key(&stack, "acme").await;
-    let (_, globex_key) = new_key(&stack, "globex").await;
+    let (acme_key_id, acme_key) = stack.new_key("acme").await;
+    let (_, globex_key) = stack.new_key("globex").await;
 
     // Each key works on its own app.
-    let (status, acme_ep) = call_as(
-        &stack,
-        &acme_key,
-        "POST",
-        "/v1/apps/acme/endpoints",
-        Some(json!({"url": receiver.url})),
-    )
-    .await;
+    let (status, acme_ep) = stack
+        .call_as(
+            &acme_key,
+            "POST",
+            "/v1/apps/acme/endpoints",
+            Some(json!({"url": receiver.url})),
+        )
+        .await;
     assert_eq!(status, 201, "{acme_ep}");
     let acme_ep = view::<EndpointOut>(&acme_ep).id;
-    let (status, accepted) = call_as(
-        &stack,
-        &acme_key,
-        "POST",
-        "/v1/apps/acme/events",
-        Some(json!({"event_type": "order.paid", "payload": {"n": 1}})),
-    )
-    .await;
+    let (status, accepted) = stack
+        .call_as(
+            &acme_key,
+            "POST",
+            "/v1/apps/acme/events",
+            Some(json!({"event_type": "order.paid", "payload": {"n": 1}})),
+        )
+        .await;
     assert_eq!(status, 202, "{accepted}");
     let acme_event = view::<IngestResponse>(&accepted).event_id.to_string();
     let acme_delivery = first_delivery(&accepted);
-    let (status, globex_ep) = call_as(
-        &stack,
-        &globex_key,
-        "POST",
-        "/v1/apps/globex/endpoints",
-        Some(json!({"url": receiver.url})),
-    )
-    .await;
+    let (status, globex_ep) = stack
+        .call_as(
+            &globex_key,
+            "POST",
+            "/v1/apps/globex/endpoints",
+            Some(json!({"url": receiver.url})),
+        )
+        .await;
     assert_eq!(status, 201);
     let globex_ep = view::<EndpointOut>(&globex_ep).id;
 
@@ -147,7 +112,7 @@ async fn app_keys_never_reach_another_app() {
         ),
     ];
     for (method, path, body) in &globex_routes {
-        let (status, err) = call_as(&stack, &acme_key, method, path, body.clone()).await;
+        let (status, err) = stack.call_as(&acme_key, method, path, body.clone()).await;
         assert_eq!(
             (status, error_code(&err).as_deref()),
             (403, Some("forbidden")),
@@ -161,7 +126,7 @@ async fn app_keys_never_reach_another_app() {
         ("GET", "/v1/dlq"),
         ("POST", "/v1/dlq/redrive"),
     ] {
-        let (status, _) = call_as(&stack, &acme_key, method, path, None).await;
+        let (status, _) = stack.call_as(&acme_key, method, path, None).await;
         assert_eq!(status, 403, "{method} {path}");
     }
     // globex's key cannot see acme's objects through its own app either.
@@ -170,17 +135,12 @@ async fn app_keys_never_reach_another_app() {
         format!("/v1/apps/globex/deliveries/{acme_delivery}"),
         format!("/v1/apps/globex/endpoints/{acme_ep}"),
     ] {
-        let (status, _) = call_as(&stack, &globex_key, "GET", &path, None).await;
+        let (status, _) = stack.call_as(&globex_key, "GET", &path, None).await;
         assert_eq!(status, 404, "{path}");
     }
-    let (_, listed) = call_as(
-        &stack,
-        &globex_key,
-        "GET",
-        "/v1/apps/globex/endpoints",
-        None,
-    )
-    .await;
+    let (_, listed) = stack
+        .call_as(&globex_key, "GET", "/v1/apps/globex/endpoints", None)
+        .await;
     let ids: Vec<String> = view::<EndpointList>(&listed)
         .items
         .into_iter()
@@ -191,14 +151,14 @@ async fn app_keys_never_reach_another_app() {
         vec![globex_ep.clone()],
         "globex unchanged by acme's key"
     );
-    let (status, _) = call_as(
-        &stack,
-        &globex_key,
-        "GET",
-        &format!("/v1/apps/globex/endpoints/{globex_ep}"),
-        None,
-    )
-    .await;
+    let (status, _) = stack
+        .call_as(
+            &globex_key,
+            "GET",
+            &format!("/v1/apps/globex/endpoints/{globex_ep}"),
+            None,
+        )
+        .await;
     assert_eq!(status, 200, "not deleted, not disabled");
 
     // Keys are listed without the key or its hash; revoking is immediate.
@@ -218,7 +178,9 @@ async fn app_keys_never_reach_another_app() {
         )
         .await;
     assert_eq!(status, 204);
-    let (status, err) = call_as(&stack, &acme_key, "GET", "/v1/apps/acme/endpoints", None).await;
+    let (status, err) = stack
+        .call_as(&acme_key, "GET", "/v1/apps/acme/endpoints", None)
+        .await;
     assert_eq!(
         (status, error_code(&err).as_deref()),
         (401, Some("unauthorized"))
@@ -226,7 +188,9 @@ async fn app_keys_never_reach_another_app() {
     assert!(!err.to_string().contains(secret_part));
     // A forged key with a real id is refused.
     let forged = format!("{acme_key_id}.{}", "A".repeat(43));
-    let (status, _) = call_as(&stack, &forged, "GET", "/v1/apps/acme/endpoints", None).await;
+    let (status, _) = stack
+        .call_as(&forged, "GET", "/v1/apps/acme/endpoints", None)
+        .await;
     assert_eq!(status, 401);
 }
 

@@ -68,6 +68,38 @@ impl Stack {
         Self { local, moto }
     }
 
+    /// One request with `key` as the bearer token: status and body.
+    pub async fn call_as(
+        &self,
+        key: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let headers = vec![
+            ("authorization".to_owned(), format!("Bearer {key}")),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ];
+        let body = body.map(|b| b.to_string());
+        let (status, _, value) = self.raw_call(method, path, &headers, body.as_deref()).await;
+        (status, value)
+    }
+
+    /// A new API key scoped to `app` (made with the admin key): (id, key).
+    pub async fn new_key(&self, app: &str) -> (String, String) {
+        let (status, _, body) = self
+            .call(
+                "POST",
+                &format!("/v1/apps/{app}/api-keys"),
+                Some(serde_json::json!({"name": format!("{app} service")})),
+                &[],
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        let created: hookline_ingest::views::ApiKeyOut = crate::view(&body);
+        (created.id, created.key.expect("the key, once"))
+    }
+
     /// Creates an endpoint; returns (id, secret).
     pub async fn create_endpoint(
         &self,

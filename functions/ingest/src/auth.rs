@@ -3,7 +3,6 @@
 //! comes from the deployment's configuration; app-scoped keys are created
 //! through the API and stored in the table, hashed.
 
-use lambda_http::http::StatusCode;
 use subtle::ConstantTimeEq;
 
 use hookline_core::apikey::ApiKey;
@@ -44,17 +43,11 @@ impl Scope {
         match self {
             Scope::Admin => Ok(()),
             // The operational app is the operator's own (admin key only).
-            Scope::App(_) if operational::is_operational(app) => Err(ApiError {
-                status: StatusCode::FORBIDDEN,
-                code: "forbidden",
-                message: format!("the app {OPERATIONAL_APP} takes the admin API key"),
-            }),
+            Scope::App(_) if operational::is_operational(app) => Err(ApiError::forbidden(format!(
+                "the app {OPERATIONAL_APP} takes the admin API key"
+            ))),
             Scope::App(own) if own == app => Ok(()),
-            Scope::App(_) => Err(ApiError {
-                status: StatusCode::FORBIDDEN,
-                code: "forbidden",
-                message: "this API key is scoped to another app".into(),
-            }),
+            Scope::App(_) => Err(ApiError::forbidden("this API key is scoped to another app")),
         }
     }
 
@@ -62,11 +55,7 @@ impl Scope {
     pub fn require_admin(&self) -> Result<(), ApiError> {
         match self {
             Scope::Admin => Ok(()),
-            Scope::App(_) => Err(ApiError {
-                status: StatusCode::FORBIDDEN,
-                code: "forbidden",
-                message: "this route needs the admin API key".into(),
-            }),
+            Scope::App(_) => Err(ApiError::forbidden("this route needs the admin API key")),
         }
     }
 }
@@ -98,11 +87,7 @@ impl ApiKeys {
         header: Option<&str>,
         store: &S,
     ) -> Result<Scope, ApiError> {
-        let unauthorized = |m: &str| ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            code: "unauthorized",
-            message: m.to_owned(),
-        };
+        let unauthorized = |m: &str| ApiError::unauthorized(m);
         let header =
             header.ok_or_else(|| unauthorized("missing `Authorization: Bearer <api key>`"))?;
         let token = header
@@ -131,6 +116,7 @@ mod tests {
     use super::*;
     use chrono::Utc;
     use hookline_pipeline::fakes::MemoryStore;
+    use lambda_http::http::StatusCode;
     use rand::SeedableRng;
 
     #[tokio::test]

@@ -14,6 +14,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Where in the request body it failed (a JSON Pointer), when known.
+    pub location: Option<String>,
 }
 
 impl ApiError {
@@ -22,6 +24,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            location: None,
         }
     }
 
@@ -47,7 +50,9 @@ impl ApiError {
 
     /// The JSON error response.
     pub fn into_response(self) -> Response<Body> {
-        json(self.status, &ErrorBody::new(self.code, self.message))
+        let mut body = ErrorBody::new(self.code, self.message);
+        body.error.location = self.location;
+        json(self.status, &body)
     }
 }
 
@@ -60,6 +65,17 @@ impl From<PipelineError> for ApiError {
                 message,
             } => Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message),
             PipelineError::Invalid { code, message } => Self::bad_request(code, message),
+            PipelineError::SchemaMismatch {
+                event_type,
+                location,
+                message,
+            } => Self {
+                location: Some(location),
+                ..Self::bad_request(
+                    "payload_schema_mismatch",
+                    format!("the payload does not match the schema of `{event_type}`: {message}"),
+                )
+            },
             PipelineError::NotFound(what) => Self::new(
                 StatusCode::NOT_FOUND,
                 "not_found",

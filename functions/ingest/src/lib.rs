@@ -47,6 +47,24 @@ pub struct Api<S, Q> {
     pub keys: ApiKeys,
     /// How endpoint host names are looked up at registration (SSRF check).
     pub lookup: hookline_pipeline::sender::Lookup,
+    /// The event types' schemas ingest checks payloads against.
+    pub catalog: hookline_pipeline::catalog::CatalogCache,
+}
+
+impl<S, Q> Api<S, Q> {
+    /// The API over `store` and `queue`, with the system's host lookup and
+    /// a catalog cache of `settings.catalog_cache_ttl`.
+    pub fn new(store: S, queue: Q, settings: Settings, keys: ApiKeys) -> Self {
+        let catalog = hookline_pipeline::catalog::CatalogCache::new(settings.catalog_cache_ttl);
+        Self {
+            store,
+            queue,
+            settings,
+            keys,
+            lookup: Default::default(),
+            catalog,
+        }
+    }
 }
 
 /// Routes one request. Never fails: every error becomes a JSON error response.
@@ -75,13 +93,12 @@ mod tests {
     use rand::SeedableRng;
 
     fn api() -> Api<MemoryStore, MemoryQueue> {
-        Api {
-            store: MemoryStore::default(),
-            queue: MemoryQueue::default(),
-            settings: Settings::for_tests(&[("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]).unwrap(),
-            keys: ApiKeys::admin("local-admin-key"),
-            lookup: Default::default(),
-        }
+        Api::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            Settings::for_tests(&[("WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS", "true")]).unwrap(),
+            ApiKeys::admin("local-admin-key"),
+        )
     }
 
     /// Calls the API with `events/<name>.json` (the `sam local invoke` fixtures).
@@ -120,6 +137,9 @@ mod tests {
     async fn fixtures_drive_the_api() {
         let api = api();
         assert_eq!(fixture!(api, "api-health").await.0, 200);
+        let (status, etype) = fixture!(api, "api-put-event-type").await;
+        assert_eq!(status, 201, "{etype}");
+        assert_eq!(etype["schema"]["required"][0], "order_id");
         let (status, endpoint) = fixture!(api, "api-create-endpoint").await;
         assert_eq!(status, 201, "{endpoint}");
         assert!(endpoint["secret"].as_str().unwrap().starts_with("whsec_"));
@@ -151,6 +171,20 @@ mod tests {
             Some("invalid_input")
         );
         assert_eq!(api.store.deliveries().len(), 3, "nothing of the bad event");
+        // The catalog's schema holds: a payload breaking it is refused, located.
+        let mut bad: serde_json::Value =
+            serde_json::from_str(include_str!("../../../events/api-post-event.json")).unwrap();
+        bad["headers"]["idempotency-key"] = "order-1099-paid".into();
+        bad["body"] = r#"{"event_type":"order.paid","payload":{"order_id":"1099","amount_cents":1,"currency":"BRL"}}"#.into();
+        let (status, refused) = call(&api, &bad.to_string()).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["error"]["code"], "payload_schema_mismatch");
+        assert_eq!(refused["error"]["location"], "/order_id");
+        assert_eq!(
+            api.store.deliveries().len(),
+            3,
+            "nothing of the refused event"
+        );
         let (status, report) = fixture!(api, "api-redrive").await;
         assert_eq!(status, 200, "{report}");
         assert_eq!(report["dry_run"], true);

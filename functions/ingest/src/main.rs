@@ -20,13 +20,7 @@ async fn main() -> Result<(), Error> {
             let api = api
                 .get_or_init(|| async {
                     let (store, queue) = hookline_aws::clients::store_and_queue(settings).await;
-                    Api {
-                        store,
-                        queue,
-                        settings: settings.clone(),
-                        keys: keys.clone(),
-                        lookup: Default::default(),
-                    }
+                    Api::new(store, queue, settings.clone(), keys.clone())
                 })
                 .await;
             let mut rng = StdRng::from_entropy();

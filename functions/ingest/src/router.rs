@@ -20,7 +20,7 @@ use utoipa::{Modify, OpenApi};
 use crate::auth::Scope;
 use crate::call::{Answer, Call, Params};
 use crate::error::ApiError;
-use crate::handlers::{api_keys, deliveries, dlq, endpoints, events, meta};
+use crate::handlers::{api_keys, deliveries, dlq, endpoints, event_types, events, meta};
 use crate::Api;
 
 /// Who may call a route.
@@ -28,7 +28,8 @@ use crate::Api;
 pub enum Access {
     /// No key (liveness, this document, the dashboard page).
     Public,
-    /// The admin key, or a key scoped to the path's `{app_id}`.
+    /// The admin key, or a key scoped to the path's `{app_id}` (any key
+    /// when the path has none: reading the catalog).
     AppKey,
     /// The admin key only.
     Admin,
@@ -134,6 +135,10 @@ routes! {
     Admin api_keys::delete_api_key,
     Admin dlq::dlq_status,
     Admin dlq::dlq_redrive,
+    Admin event_types::put_event_type,
+    AppKey event_types::get_event_type,
+    Admin event_types::delete_event_type,
+    AppKey event_types::list_event_types,
 }
 
 /// Every route (built on first use).
@@ -309,7 +314,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 25);
+        assert_eq!(routes.len(), 29);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

@@ -25,6 +25,7 @@ impl ErrorBody {
             error: ErrorDetail {
                 code: code.to_owned(),
                 message: message.into(),
+                location: None,
             },
         }
     }
@@ -36,6 +37,10 @@ pub struct ErrorDetail {
     pub code: String,
     /// What was wrong, for a human; never echoes secrets.
     pub message: String,
+    /// Where in the payload it failed, as a JSON Pointer (`""`: the
+    /// payload itself); only with `payload_schema_mismatch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -489,4 +494,60 @@ pub struct IdempotencyHeader {
     /// returns the first answer and writes nothing.
     #[param(rename = "Idempotency-Key")]
     pub idempotency_key: Option<String>,
+}
+
+/// `{name}` of a catalog type in a path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct EventTypePath {
+    /// An exact event type: 1-128 characters of `A-Z a-z 0-9 . _ - :`.
+    #[param(value_type = String)]
+    pub name: hookline_core::model::EventType,
+}
+
+/// Paging of `GET /v1/event-types`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventTypeQuery {
+    /// 1..=100, default 50.
+    pub limit: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// A type of the event-type catalog.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EventTypeOut {
+    pub name: String,
+    pub description: Option<String>,
+    /// The JSON Schema payloads of this type must match (none: any payload).
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<serde_json::Value>,
+    /// An example payload (matches `schema`).
+    #[schema(value_type = Option<Object>)]
+    pub example: Option<serde_json::Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<hookline_core::catalog::EventTypeDef> for EventTypeOut {
+    fn from(def: hookline_core::catalog::EventTypeDef) -> Self {
+        Self {
+            name: def.name.to_string(),
+            description: def.description,
+            schema: def.schema,
+            example: def.example,
+            created_at: def.created_at,
+            updated_at: def.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EventTypeList {
+    /// By name.
+    pub items: Vec<EventTypeOut>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }

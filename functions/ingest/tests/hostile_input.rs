@@ -42,13 +42,12 @@ fn record() {
 }
 
 fn api() -> Api<MemoryStore, MemoryQueue> {
-    Api {
-        store: MemoryStore::default(),
-        queue: MemoryQueue::default(),
-        settings: Settings::for_tests(&[]).expect("settings"),
-        keys: ApiKeys::admin("fuzz-admin"),
-        lookup: Default::default(),
-    }
+    Api::new(
+        MemoryStore::default(),
+        MemoryQueue::default(),
+        Settings::for_tests(&[]).expect("settings"),
+        ApiKeys::admin("fuzz-admin"),
+    )
 }
 
 fn segment() -> impl Strategy<Value = String> {
@@ -93,6 +92,18 @@ fn body() -> impl Strategy<Value = Option<String>> {
             "p".repeat(300 * 1024)
         ))),
         Just(Some(r#"{"since":"yesterday"}"#.to_owned())),
+        Just(Some(
+            r#"{"schema":{"$ref":"file:///etc/passwd"}}"#.to_owned()
+        )),
+        Just(Some(
+            r##"{"schema":{"$ref":"#"},"example":{"a":[1]}}"##.to_owned()
+        )),
+        Just(Some(r#"{"schema":{"pattern":"(?<=a)b"}}"#.to_owned())),
+        Just(Some(format!(
+            r#"{{"schema":{}true{}}}"#,
+            r#"{"items":"#.repeat(100),
+            "}".repeat(100)
+        ))),
         Just(Some(r#"{"url":"javascript:alert(1)"}"#.to_owned())),
         Just(Some(
             r#"{"max_messages":4294967295,"dry_run":"yes"}"#.to_owned()

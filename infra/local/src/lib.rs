@@ -204,13 +204,12 @@ impl LocalStack {
             &deliver_source,
         );
         let sender = HttpSender::new(settings.allow_private_endpoints)?;
-        let api = Api {
-            store: store.clone(),
-            queue: queue.clone(),
-            settings: settings.clone(),
-            keys: ApiKeys::admin(&config.admin_key),
-            lookup: Default::default(),
-        };
+        let api = Api::new(
+            store.clone(),
+            queue.clone(),
+            settings.clone(),
+            ApiKeys::admin(&config.admin_key),
+        );
         let deliverer = Deliverer::new(store.clone(), queue.clone(), sender, settings.clone());
         Ok(Self {
             clients,

@@ -44,6 +44,21 @@ fn validate_event_types(types: &[String]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Subscriptions against the catalog, once it has types: an unknown name is
+/// a 400 naming the closest ones. The operational app's types are ours.
+async fn check_against_catalog<S: Store, Q>(
+    api: &Api<S, Q>,
+    app: &AppId,
+    types: &[String],
+) -> Result<(), ApiError> {
+    if types.is_empty() || hookline_pipeline::operational::is_operational(app) {
+        return Ok(());
+    }
+    let names = api.store.event_type_names().await?;
+    hookline_core::catalog::check_subscriptions(types, names.iter().map(String::as_str))
+        .map_err(|unknown| ApiError::bad_request("unknown_event_type", unknown.to_string()))
+}
+
 fn validate_rate_limit(rate_limit: Option<u32>) -> Result<(), ApiError> {
     match rate_limit {
         Some(per_second) => hookline_core::rate::check_rate_limit(per_second)
@@ -118,6 +133,7 @@ pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
     let req: CreateEndpoint = call.json()?;
     check_url(api, &req.url).await?;
     validate_event_types(&req.event_types)?;
+    check_against_catalog(api, &path.app_id, &req.event_types).await?;
     validate_description(req.description.as_ref())?;
     validate_headers(&req.headers)?;
     validate_rate_limit(req.rate_limit)?;
@@ -185,6 +201,7 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
     }
     if let Some(types) = &req.event_types {
         validate_event_types(types)?;
+        check_against_catalog(api, &path.app_id, types).await?;
     }
     validate_description(req.description.as_ref())?;
     validate_rate_limit(req.rate_limit.flatten())?;

@@ -7,5 +7,6 @@ pub mod api_keys;
 pub mod deliveries;
 pub mod dlq;
 pub mod endpoints;
+pub mod event_types;
 pub mod events;
 pub mod meta;

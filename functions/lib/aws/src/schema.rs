@@ -10,6 +10,7 @@
 //! | endpoint stats, per hour | `STATS#{app}#{endpoint}` | `H#{hour}` | | |
 //! | endpoint's waiting gauge | `STATS#{app}#{endpoint}` | `WAITING` | | |
 //! | replay of an endpoint's missed events | `RPL#{replay}` | `RPL` | | |
+//! | event-type catalog entry | `CATALOG` | `ET#{name}` | | |
 //!
 //! An event lists its fan-out (`targets`, up to `FANOUT_LIST_MAX` endpoints):
 //! its deliveries have no item until their first attempt's outcome writes one
@@ -763,4 +764,75 @@ mod tests {
         }
         assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
     }
+}
+
+pub const KIND_EVENT_TYPE: &str = "event_type";
+/// The catalog's partition: every type under it, sorted by name (a small,
+/// rarely written set; ingest caches what it reads).
+pub const CATALOG_PK: &str = "CATALOG";
+pub fn event_type_sk(name: &str) -> String {
+    format!("ET#{name}")
+}
+
+/// A catalog type as stored: schema and example as JSON text (any JSON,
+/// however deep, kept exactly; DynamoDB maps nest at most 32 levels).
+#[derive(Serialize, Deserialize)]
+struct EventTypeItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: String,
+    kind: String,
+    name: hookline_core::model::EventType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    schema_json: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    example_json: Option<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+pub fn event_type_item(def: &hookline_core::catalog::EventTypeDef) -> Result<Item, PipelineError> {
+    let text = |v: &Option<serde_json::Value>| {
+        v.as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| corrupt("event type", e))
+    };
+    to_item(
+        "event type",
+        &EventTypeItem {
+            pk: CATALOG_PK.to_owned(),
+            sk: event_type_sk(def.name.as_str()),
+            kind: KIND_EVENT_TYPE.to_owned(),
+            name: def.name.clone(),
+            description: def.description.clone(),
+            schema_json: text(&def.schema)?,
+            example_json: text(&def.example)?,
+            created_at: def.created_at,
+            updated_at: def.updated_at,
+        },
+    )
+}
+
+pub fn event_type_from_item(
+    item: Item,
+) -> Result<hookline_core::catalog::EventTypeDef, PipelineError> {
+    let stored: EventTypeItem =
+        serde_dynamo::from_item(item).map_err(|e| corrupt("event type item", e))?;
+    let value = |t: Option<String>| {
+        t.map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| corrupt("event type item", e))
+    };
+    Ok(hookline_core::catalog::EventTypeDef {
+        name: stored.name,
+        description: stored.description,
+        schema: value(stored.schema_json)?,
+        example: value(stored.example_json)?,
+        created_at: stored.created_at,
+        updated_at: stored.updated_at,
+    })
 }

@@ -11,8 +11,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
+use hookline_core::catalog::EventTypeDef;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
-use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, EventType};
 use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, EventWindow, IdempotencyRecord,
@@ -697,6 +698,95 @@ impl Store for DynamoStore {
             .set_item(Some(item));
         let result = versioned(request, expected_version).send().await;
         condition_to_bool(result, "PutItem")
+    }
+
+    async fn get_event_type(&self, name: &EventType) -> Result<Option<EventTypeDef>> {
+        self.get(CATALOG_PK.to_owned(), &event_type_sk(name.as_str()))
+            .await?
+            .map(schema::event_type_from_item)
+            .transpose()
+    }
+
+    async fn put_event_type(&self, def: &EventTypeDef) -> Result<()> {
+        let item = into_sdk(schema::event_type_item(def)?);
+        let _g = self.guard().await;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn delete_event_type(&self, name: &EventType) -> Result<bool> {
+        self.delete_if(
+            Self::key(CATALOG_PK.to_owned(), &event_type_sk(name.as_str())),
+            "attribute_exists(PK)",
+            None,
+        )
+        .await
+    }
+
+    async fn list_event_types(
+        &self,
+        after: Option<&EventType>,
+        limit: usize,
+    ) -> Result<(Vec<EventTypeDef>, bool)> {
+        let mut out = Vec::new();
+        let mut start = after.map(|a| Self::key(CATALOG_PK.to_owned(), &event_type_sk(a.as_str())));
+        // One more than asked: whether a next page exists.
+        while out.len() <= limit {
+            let _g = self.guard().await;
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("PK = :pk AND begins_with(SK, :et)")
+                .expression_attribute_values(":pk", s(CATALOG_PK))
+                .expression_attribute_values(":et", s("ET#"))
+                .limit(
+                    i32::try_from(limit + 1 - out.len())
+                        .unwrap_or(101)
+                        .clamp(1, 101),
+                )
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Query", e))?;
+            for item in page.items.unwrap_or_default() {
+                out.push(schema::event_type_from_item(Item::from(item))?);
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => break,
+            }
+        }
+        let more = out.len() > limit;
+        out.truncate(limit);
+        Ok((out, more))
+    }
+
+    async fn event_type_names(&self) -> Result<Vec<String>> {
+        let items = self
+            .query_all(|q| {
+                q.key_condition_expression("PK = :pk AND begins_with(SK, :et)")
+                    .expression_attribute_values(":pk", s(CATALOG_PK))
+                    .expression_attribute_values(":et", s("ET#"))
+                    .projection_expression("SK")
+            })
+            .await?;
+        items
+            .iter()
+            .map(|item| {
+                item.get(SK)
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|sk| sk.strip_prefix("ET#"))
+                    .map(str::to_owned)
+                    .ok_or_else(|| corrupt("event type item", "no ET# sort key"))
+            })
+            .collect()
     }
 
     async fn reserve_send_slots(

@@ -6,6 +6,8 @@
 //! - [`model`]: [`Event`](model::Event), [`Endpoint`](model::Endpoint),
 //!   [`Delivery`](model::Delivery), [`Attempt`](model::Attempt) and the delivery
 //!   state machine (`pending -> delivered | failed`, `failed -> pending`).
+//! - [`catalog`]: the event-type catalog's definitions, and an endpoint's
+//!   subscriptions checked against it (closest names suggested).
 //! - [`rate`]: per-endpoint rate limits as numbered send slots.
 //! - [`retry`]: [`RetryPolicy`](retry::RetryPolicy) (the seed's schedule by
 //!   default, or one parsed from `"5s,5m,30m"`), `Retry-After` parsing, and
@@ -19,6 +21,7 @@
 //! - [`sync`]: a poison-tolerant `lock` for in-process state.
 
 pub mod apikey;
+pub mod catalog;
 pub mod error;
 pub mod ids;
 pub mod model;

@@ -158,9 +158,11 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         let slot = match delivery.reserved_slot(now) {
             Some(slot) => slot,
             None => {
+                // The time of the reservation, not of the message's pick-up:
+                // the limiter's state is judged as it is now.
                 let number = self
                     .pacer
-                    .take_slot(&self.store, &endpoint.id, per_second, now)
+                    .take_slot(&self.store, &endpoint.id, per_second, (self.clock)())
                     .await?;
                 hookline_core::rate::slot_start(number, per_second)
             }

@@ -11,6 +11,14 @@ pub enum PipelineError {
     /// Bad input from a caller: a 4xx at the API edge, never retried.
     #[error("{code}: {message}")]
     Invalid { code: &'static str, message: String },
+    /// A payload that does not match its event type's schema (a 400).
+    #[error("payload_schema_mismatch: the payload does not match the schema of `{event_type}`: {message}")]
+    SchemaMismatch {
+        event_type: String,
+        /// JSON Pointer into the payload where it failed (`""`: the whole payload).
+        location: String,
+        message: String,
+    },
     #[error("{0} not found")]
     NotFound(&'static str),
     /// A state conflict (e.g. retrying a delivery that is not failed).
@@ -71,6 +79,7 @@ impl PipelineError {
         match self {
             Self::Store { retryable, .. } | Self::Queue { retryable, .. } => *retryable,
             Self::Invalid { .. }
+            | Self::SchemaMismatch { .. }
             | Self::NotFound(_)
             | Self::Conflict(_)
             | Self::Corrupt(_)

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
+use hookline_core::catalog::EventTypeDef;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
-use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, EventType};
 use hookline_core::stats::StatsDelta;
 
 use crate::messages::DeliveryMessage;
@@ -57,6 +58,7 @@ struct StoreState {
     limiters: HashMap<EndpointId, hookline_core::rate::Limiter>,
     /// Calls to `reserve_send_slots` (each one limiter write).
     limiter_writes: u32,
+    catalog: std::collections::BTreeMap<String, EventTypeDef>,
 }
 
 /// An in-memory [`Store`].
@@ -169,6 +171,38 @@ impl Store for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+    async fn get_event_type(&self, name: &EventType) -> Result<Option<EventTypeDef>> {
+        Ok(lock(&self.state).catalog.get(name.as_str()).cloned())
+    }
+    async fn put_event_type(&self, def: &EventTypeDef) -> Result<()> {
+        lock(&self.state)
+            .catalog
+            .insert(def.name.to_string(), def.clone());
+        Ok(())
+    }
+    async fn delete_event_type(&self, name: &EventType) -> Result<bool> {
+        Ok(lock(&self.state).catalog.remove(name.as_str()).is_some())
+    }
+    async fn list_event_types(
+        &self,
+        after: Option<&EventType>,
+        limit: usize,
+    ) -> Result<(Vec<EventTypeDef>, bool)> {
+        let s = lock(&self.state);
+        let mut page: Vec<EventTypeDef> = s
+            .catalog
+            .values()
+            .filter(|d| after.is_none_or(|a| d.name.as_str() > a.as_str()))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let more = page.len() > limit;
+        page.truncate(limit);
+        Ok((page, more))
+    }
+    async fn event_type_names(&self) -> Result<Vec<String>> {
+        Ok(lock(&self.state).catalog.keys().cloned().collect())
     }
     async fn reserve_send_slots(
         &self,

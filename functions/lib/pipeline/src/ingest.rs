@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use crate::catalog::CatalogCache;
 use crate::ports::{
     CommitOutcome, IdempotencyRecord, NewEvent, Store, FANOUT_LIST_MAX, INLINE_DELIVERIES,
 };
@@ -108,10 +109,32 @@ pub fn validate_event(
     })
 }
 
-/// Accepts one event. `now` and `rng` make the ids.
+/// Checks a valid event's payload against its type's schema in the
+/// catalog, if `catalog` is given and the type has one. The operational
+/// app's events are ours, never checked against the provider's catalog.
+async fn check_schema<S: Store>(
+    store: &S,
+    catalog: Option<&CatalogCache>,
+    app_id: &AppId,
+    valid: &ValidEvent,
+) -> Result<(), PipelineError> {
+    match catalog {
+        Some(catalog) if !crate::operational::is_operational(app_id) => {
+            catalog
+                .check_payload(store, &valid.event_type, valid.payload.get())
+                .await
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Accepts one event. `now` and `rng` make the ids; `catalog` (the
+/// API's) checks payloads against their type's schema.
+#[allow(clippy::too_many_arguments)]
 pub async fn ingest<S: Store>(
     store: &S,
     settings: &Settings,
+    catalog: Option<&CatalogCache>,
     app_id: &str,
     idempotency_key: Option<&str>,
     body: &[u8],
@@ -126,6 +149,7 @@ pub async fn ingest<S: Store>(
         r#"{"event_type": string, "payload": any JSON}"#,
     )?;
     let valid = validate_event(settings, request, idempotency_key)?;
+    check_schema(store, catalog, &app_id, &valid).await?;
     // No read of the key first: the commit is conditional on it, and a key
     // already taken comes back as the first answer to replay. One request
     // (and one read unit) less for every new event; a replay pays it.
@@ -272,6 +296,7 @@ pub struct BatchEvent {
 pub async fn ingest_batch<S: Store>(
     store: &S,
     settings: &Settings,
+    catalog: Option<&CatalogCache>,
     app_id: &str,
     body: &[u8],
     now: DateTime<Utc>,
@@ -299,11 +324,18 @@ pub async fn ingest_batch<S: Store>(
             event_type: item.event_type,
             payload: item.payload,
         };
-        match validate_event(settings, request, item.idempotency_key.as_deref()) {
+        let checked = match validate_event(settings, request, item.idempotency_key.as_deref()) {
+            Ok(valid) => check_schema(store, catalog, &app_id, &valid)
+                .await
+                .map(|()| valid),
+            Err(err) => Err(err),
+        };
+        match checked {
             Ok(valid) => {
                 to_plan.push((index, valid));
                 results.push(None);
             }
+            Err(err) if err.is_retryable() => return Err(err),
             Err(err) => results.push(Some(Err(err))),
         }
     }
@@ -440,9 +472,18 @@ mod tests {
 
     /// `BODY` for app `acme` with Idempotency-Key `k`, now.
     async fn ingest_k(store: &MemoryStore, rng: &mut StdRng) -> Accepted {
-        ingest(store, &settings(), "acme", Some("k"), BODY, Utc::now(), rng)
-            .await
-            .expect("accepted")
+        ingest(
+            store,
+            &settings(),
+            None,
+            "acme",
+            Some("k"),
+            BODY,
+            Utc::now(),
+            rng,
+        )
+        .await
+        .expect("accepted")
     }
 
     /// DynamoDB answers TransactionConflict when a concurrent request holds
@@ -455,6 +496,7 @@ mod tests {
         let accepted = ingest(
             &store,
             &settings(),
+            None,
             "acme",
             Some("k1"),
             BODY,
@@ -469,6 +511,7 @@ mod tests {
         let err = ingest(
             &store,
             &settings(),
+            None,
             "acme",
             Some("k2"),
             BODY,
@@ -508,6 +551,7 @@ mod tests {
         ingest(
             &store,
             &settings(),
+            None,
             "acme",
             Some("k"),
             body,
@@ -522,6 +566,7 @@ mod tests {
         let err = ingest(
             &store,
             &settings(),
+            None,
             "acme",
             Some("k"),
             other,
@@ -552,6 +597,7 @@ mod tests {
         let results = ingest_batch(
             &store,
             &settings(),
+            None,
             "acme",
             body.as_bytes(),
             Utc::now(),
@@ -584,6 +630,7 @@ mod tests {
         let again = ingest_batch(
             &store,
             &settings(),
+            None,
             "acme",
             br#"{"events":[{"event_type":"order.paid","payload":{"n":3},"idempotency_key":"k3"}]}"#,
             Utc::now(),
@@ -618,6 +665,7 @@ mod tests {
             let err = ingest_batch(
                 &store,
                 &settings(),
+                None,
                 "acme",
                 body.as_bytes(),
                 Utc::now(),
@@ -634,6 +682,7 @@ mod tests {
         let results = ingest_batch(
             &store,
             &settings(),
+            None,
             "acme",
             hundred.as_bytes(),
             Utc::now(),

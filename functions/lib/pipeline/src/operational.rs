@@ -122,6 +122,7 @@ pub async fn announce<S: Store>(
     let accepted = crate::ingest::ingest(
         store,
         settings,
+        None,
         OPERATIONAL_APP,
         Some(&key),
         body.as_bytes(),

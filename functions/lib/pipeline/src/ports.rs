@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
+use hookline_core::catalog::EventTypeDef;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
-use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Event};
+use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Event, EventType};
 use hookline_core::signing::SignedHeaders;
 use hookline_core::stats::StatsDelta;
 
@@ -216,6 +217,25 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Option<Endpoint>>> + Send;
     /// Creates an endpoint; never overwrites one (its id is new).
     fn put_endpoint(&self, endpoint: &Endpoint) -> impl Future<Output = Result<()>> + Send;
+
+    /// One type of the event-type catalog.
+    fn get_event_type(
+        &self,
+        name: &EventType,
+    ) -> impl Future<Output = Result<Option<EventTypeDef>>> + Send;
+    /// Creates or replaces a catalog type.
+    fn put_event_type(&self, def: &EventTypeDef) -> impl Future<Output = Result<()>> + Send;
+    /// Deletes a catalog type: whether it existed.
+    fn delete_event_type(&self, name: &EventType) -> impl Future<Output = Result<bool>> + Send;
+    /// Up to `limit` catalog types by name, after `after`; and whether more follow.
+    fn list_event_types(
+        &self,
+        after: Option<&EventType>,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<EventTypeDef>, bool)>> + Send;
+    /// Every catalog type's name, sorted (what endpoint subscriptions are
+    /// checked against).
+    fn event_type_names(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
     /// Writes a changed endpoint if it still exists at `expected_version`
     /// (the caller bumped `endpoint.version`). `Ok(false)`: it was deleted or
     /// changed meanwhile (a rotation, a PATCH, an auto-disable): nothing

@@ -61,6 +61,10 @@ pub struct Settings {
     pub retention: Duration,
     /// `WEBHOOKS_ENDPOINT_CACHE_TTL` (default 30s): deliver's endpoint cache.
     pub endpoint_cache_ttl: Duration,
+    /// `WEBHOOKS_CATALOG_CACHE_TTL` (default 10s): how long ingest keeps an
+    /// event type's schema (a change through another instance applies
+    /// within this time; through the same one at once).
+    pub catalog_cache_ttl: Duration,
     /// `WEBHOOKS_SECRET_ROTATION_OVERLAP` (default 24h): old secret keeps signing.
     pub rotation_overlap: Duration,
     /// `WEBHOOKS_DISABLE_AFTER` (default 5d): an endpoint whose attempts have
@@ -226,6 +230,8 @@ impl Settings {
             retention: Duration::from_secs(retention_days * 86_400),
             endpoint_cache_ttl: vars
                 .duration("WEBHOOKS_ENDPOINT_CACHE_TTL", Duration::from_secs(30))?,
+            catalog_cache_ttl: vars
+                .duration("WEBHOOKS_CATALOG_CACHE_TTL", Duration::from_secs(10))?,
             rotation_overlap: vars.duration(
                 "WEBHOOKS_SECRET_ROTATION_OVERLAP",
                 Duration::from_secs(86_400),

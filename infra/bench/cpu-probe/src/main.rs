@@ -132,13 +132,12 @@ async fn main() -> Result<(), BoxError> {
         Utc::now(),
     );
     store.put_endpoint(&endpoint).await?;
-    let api = Api {
-        store: store.clone(),
-        queue: queue.clone(),
-        settings: settings.clone(),
-        keys: ApiKeys::from_settings(&settings),
-        lookup: Default::default(),
-    };
+    let api = Api::new(
+        store.clone(),
+        queue.clone(),
+        settings.clone(),
+        ApiKeys::from_settings(&settings),
+    );
     let sender = HttpSender::new(settings.allow_private_endpoints)?;
     let deliverer = Deliverer::new(store.clone(), queue.clone(), sender, settings.clone());
     let harness = reqwest::Client::new();
