@@ -45,32 +45,28 @@ async fn the_catalog_checks_payloads_and_subscriptions() {
     assert!(!first_ep.is_empty());
 
     // Bad definitions: 400 with the reason, nothing stored.
-    let (status, body) = put("order.paid", json!({"schema": {"type": 5}})).await;
-    assert_eq!(
-        (status, error_code(&body).as_deref()),
-        (400, Some("invalid_schema")),
-        "{body}"
-    );
-    let (status, body) = put(
-        "order.paid",
-        json!({"schema": {"$ref": "http://127.0.0.1:9/remote.json"}}),
-    )
-    .await;
-    assert_eq!(
-        (status, error_code(&body).as_deref()),
-        (400, Some("invalid_schema")),
-        "{body}"
-    );
-    let (status, body) = put(
-        "order.paid",
-        json!({"schema": order_schema(), "example": {"order_id": 7, "amount": 1}}),
-    )
-    .await;
-    assert_eq!(
-        (status, error_code(&body).as_deref()),
-        (400, Some("example_schema_mismatch")),
-        "{body}"
-    );
+    for (bad, code) in [
+        (json!({"schema": {"type": 5}}), "invalid_schema"),
+        (
+            json!({"schema": {"$ref": "http://127.0.0.1:9/remote.json"}}),
+            "invalid_schema",
+        ),
+        (
+            json!({"schema": order_schema(), "example": {"order_id": 7, "amount": 1}}),
+            "example_schema_mismatch",
+        ),
+        (
+            json!({"description": "x".repeat(2000)}),
+            "invalid_description",
+        ),
+    ] {
+        let (status, body) = put("order.paid", bad).await;
+        assert_eq!(
+            (status, error_code(&body).as_deref()),
+            (400, Some(code)),
+            "{body}"
+        );
+    }
     let (status, _, body) = stack
         .call("GET", "/v1/event-types/order.paid", None, &[])
         .await;
