@@ -240,12 +240,52 @@ async function main() {
   await page.waitForFunction(() => /Replay: 0 replayed/.test(document.querySelector("#toast").textContent));
   check(flaky.state.hits === hitsBeforeReplay + 1, "a second replay sends nothing more");
 
+  // The event-type catalog: a bad schema is refused with its reason shown
+  // next to the form; a good one is listed, and its schema holds at ingest.
+  await page.waitForSelector("#catalog-form:not(.hidden)");
+  const errorsBefore = consoleErrors.length;
+  await page.fill("#ct-name", "order.shipped");
+  await page.fill("#ct-desc", "An order left the warehouse");
+  await page.fill("#ct-schema", '{"type": 5}');
+  await page.click("#ct-save");
+  await page.waitForFunction(() => document.querySelector("#ct-error").textContent.startsWith("invalid_schema"));
+  check(true, "a bad schema is refused in the form: " + (await page.textContent("#ct-error")).slice(0, 80));
+  await page.fill("#ct-schema", "{not json");
+  await page.click("#ct-save");
+  await page.waitForFunction(() => document.querySelector("#ct-error").textContent.includes("not JSON"));
+  check(true, "text that is not JSON is caught before sending");
+  await page.fill("#ct-schema", JSON.stringify({ type: "object", required: ["tracking"], properties: { tracking: { type: "string" } } }));
+  await page.fill("#ct-example", '{"tracking": 42}');
+  await page.click("#ct-save");
+  await page.waitForFunction(() => document.querySelector("#ct-error").textContent.startsWith("example_schema_mismatch"));
+  check(true, "an example breaking the schema is refused: " + (await page.textContent("#ct-error")).slice(0, 80));
+  // The browser logs each refused PUT (400) as a console error: exactly
+  // those two are expected here, nothing else.
+  const refusedPuts = consoleErrors.splice(errorsBefore);
+  check(refusedPuts.length === 2 && refusedPuts.every((m) => m.includes("status of 400")),
+    "the console shows only the 2 refused saves");
+  await page.fill("#ct-example", '{"tracking": "BR123"}');
+  await page.click("#ct-save");
+  await page.waitForSelector('#catalog tr.event-type[data-name="order.shipped"]');
+  check((await page.textContent('#catalog tr.event-type[data-name="order.shipped"]')).includes("JSON Schema + example"),
+    "the saved type is listed with its schema and example");
+  const refused = await call("POST", `/v1/apps/${APP}/events`, { event_type: "order.shipped", payload: { tracking: 7 } });
+  check(refused.status === 400 && refused.body.error.code === "payload_schema_mismatch" && refused.body.error.location === "/tracking",
+    "ingest holds the schema saved from the dashboard (400 at /tracking)");
+  await page.click('#catalog tr.event-type[data-name="order.shipped"] button.edit');
+  check(await page.inputValue("#ct-name") === "order.shipped" && (await page.inputValue("#ct-schema")).includes("tracking"),
+    "edit fills the form with the stored type");
+
   const shot = path.join(outDir, "dashboard.png");
   await page.screenshot({ path: shot, fullPage: true });
   check(true, "screenshot saved: " + shot);
+  page.once("dialog", (d) => d.accept());
+  await page.click('#catalog tr.event-type[data-name="order.shipped"] button.delete');
+  await page.waitForFunction(() => !document.querySelector('#catalog tr.event-type[data-name="order.shipped"]'));
+  check((await call("GET", "/v1/event-types/order.shipped")).status === 404, "deleted by a click (the API agrees: 404)");
   check(consoleErrors.length === 0, "no console errors" + (consoleErrors.length ? ": " + consoleErrors.join("; ") : ""));
   writeFileSync(path.join(outDir, "dashboard.txt"),
-    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, rate limit shown, resend by click, replay missed by click (1 replayed, then 0); screenshot ${shot}\n`);
+    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, rate limit shown, resend by click, replay missed by click (1 replayed, then 0), event-type catalog (bad schema and example refused in the form, saved, held at ingest, edited, deleted); screenshot ${shot}\n`);
 }
 
 let failed = false;

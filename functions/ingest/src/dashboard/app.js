@@ -301,6 +301,86 @@ async function redrive() {
   await refresh();
 }
 
+// The event-type catalog: read with any key, changed with the admin key.
+// Loaded on connect and after a change (not on every refresh).
+function pretty(v) { return v === null || v === undefined ? "" : JSON.stringify(v, null, 2); }
+
+function fillCatalogForm(t) {
+  $("ct-name").value = t ? t.name : "";
+  $("ct-desc").value = t && t.description ? t.description : "";
+  $("ct-schema").value = t ? pretty(t.schema) : "";
+  $("ct-example").value = t ? pretty(t.example) : "";
+  $("ct-error").textContent = "";
+  if (t) $("ct-name").focus();
+}
+
+async function loadCatalog() {
+  const items = [];
+  let cursor = null;
+  do {
+    const q = new URLSearchParams({ limit: "100" });
+    if (cursor) q.set("cursor", cursor);
+    const page = await api("GET", "/v1/event-types?" + q.toString());
+    items.push(...page.items);
+    cursor = page.next_cursor;
+  } while (cursor && items.length < 1000);
+  const body = $("catalog");
+  body.replaceChildren();
+  if (items.length === 0) {
+    body.append(el("tr", {}, el("td", { colspan: "5", class: "empty", text: "No event types yet: any type is accepted." })));
+  }
+  for (const t of items) {
+    const actions = state.admin
+      ? [el("button", { class: "ghost small edit", type: "button", onclick: () => fillCatalogForm(t) }, "Edit"), " ",
+         el("button", { class: "ghost small delete", type: "button", onclick: () => deleteEventType(t.name) }, "Delete")]
+      : [];
+    body.append(el("tr", { class: "event-type", "data-name": t.name },
+      el("td", { class: "mono", text: t.name }),
+      el("td", { text: t.description || "" }),
+      el("td", { class: "muted", title: t.schema ? pretty(t.schema) : "", text: t.schema ? "JSON Schema" + (t.example ? " + example" : "") : "none" }),
+      el("td", { class: "muted when", title: t.updated_at, text: ago(t.updated_at) }),
+      el("td", { class: "act" }, ...actions)));
+  }
+  $("catalog-form").classList.toggle("hidden", !state.admin);
+}
+
+function parseJsonField(id, label) {
+  const text = $(id).value.trim();
+  if (!text) return undefined;
+  try { return JSON.parse(text); } catch (e) { throw new Error(label + " is not JSON: " + e.message); }
+}
+
+async function saveEventType() {
+  const name = $("ct-name").value.trim();
+  const error = $("ct-error");
+  error.textContent = "";
+  if (!name) { error.textContent = "A name is needed (e.g. order.paid)."; $("ct-name").focus(); return; }
+  let body;
+  try {
+    body = { schema: parseJsonField("ct-schema", "The schema"), example: parseJsonField("ct-example", "The example") };
+  } catch (e) { error.textContent = e.message; return; }
+  const description = $("ct-desc").value.trim();
+  if (description) body.description = description;
+  try {
+    await api("PUT", "/v1/event-types/" + encodeURIComponent(name), body);
+  } catch (e) {
+    error.textContent = (e.code ? e.code + ": " : "") + e.message;
+    return;
+  }
+  toast("Saved " + name);
+  fillCatalogForm(null);
+  await loadCatalog().catch((e) => toast(e.message, true));
+}
+
+async function deleteEventType(name) {
+  if (!confirm("Delete the event type " + name + "? Its events are then accepted without a schema check.")) return;
+  try {
+    await api("DELETE", "/v1/event-types/" + encodeURIComponent(name));
+    toast("Deleted " + name);
+  } catch (e) { toast("Delete failed: " + e.message, true); }
+  await loadCatalog().catch((e) => toast(e.message, true));
+}
+
 let refreshing = false;
 async function refresh() {
   if (refreshing) return;
@@ -332,6 +412,7 @@ async function connect() {
   $("app").classList.remove("hidden");
   $("logout").classList.remove("hidden");
   await refresh();
+  await loadCatalog().catch((e) => toast("Event types: " + e.message, true));
   clearInterval(state.timer);
   state.timer = setInterval(refresh, 3000);
 }
@@ -360,6 +441,8 @@ $("f-endpoint").addEventListener("change", () => refresh());
 $("f-clear").addEventListener("click", () => { $("filters").reset(); refresh(); });
 $("more").addEventListener("click", () => loadDeliveries(true).catch((e) => toast(e.message, true)));
 $("redrive").addEventListener("click", redrive);
+$("catalog-form").addEventListener("submit", (e) => { e.preventDefault(); saveEventType(); });
+$("ct-clear").addEventListener("click", () => fillCatalogForm(null));
 $("logout").addEventListener("click", () => signOut());
 $("login-app").value = state.app;
 if (state.key && state.app) connect();
