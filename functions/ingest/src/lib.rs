@@ -8,7 +8,10 @@
 //!   from its `#[utoipa::path]`): matching, authorisation, dispatch, and the
 //!   OpenAPI 3.1 document (`GET /openapi.json`) generated from the same list.
 //! - [`handlers`]: one module per resource (`events`, `endpoints`,
-//!   `deliveries`, `api_keys`, `dlq`, `meta`).
+//!   `deliveries`, `event_types`, `api_keys`, `dlq`, `meta`).
+//! - [`catalog`]: event-type definitions checked (schema compiles, example
+//!   matches) and payloads validated against their type's schema at ingest
+//!   (JSON Schema via `boon`, only in this function).
 //! - [`call`]: what a handler gets — typed path, query and body extraction.
 //! - [`respond`]: building answers (JSON, 204).
 //! - [`views`]: request and response shapes, with their OpenAPI schemas.
@@ -21,6 +24,7 @@
 pub mod apigw;
 pub mod auth;
 pub mod call;
+pub mod catalog;
 pub mod dashboard;
 pub mod error;
 pub mod handlers;
@@ -48,14 +52,14 @@ pub struct Api<S, Q> {
     /// How endpoint host names are looked up at registration (SSRF check).
     pub lookup: hookline_pipeline::sender::Lookup,
     /// The event types' schemas ingest checks payloads against.
-    pub catalog: hookline_pipeline::catalog::CatalogCache,
+    pub catalog: crate::catalog::CatalogCache,
 }
 
 impl<S, Q> Api<S, Q> {
     /// The API over `store` and `queue`, with the system's host lookup and
     /// a catalog cache of `settings.catalog_cache_ttl`.
     pub fn new(store: S, queue: Q, settings: Settings, keys: ApiKeys) -> Self {
-        let catalog = hookline_pipeline::catalog::CatalogCache::new(settings.catalog_cache_ttl);
+        let catalog = crate::catalog::CatalogCache::new(settings.catalog_cache_ttl);
         Self {
             store,
             queue,

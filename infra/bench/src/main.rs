@@ -262,7 +262,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     out("== binary size, peak RSS");
     let _ = writeln!(
         md,
-        "\n## 2. Binary size and peak RSS\n\nStripped release binaries (the `bootstrap` Lambda runs). arm64 from `cargo lambda build --release --arm64`. Peak RSS (VmHWM) of one process that served one full batch against moto: ingest one event fanned out to 5 endpoints, dispatch the stream batch of 3 events x 5 deliveries, deliver an SQS batch of 10 messages POSTed to a loopback receiver, retry a DLQ dry run. Goals: ≤ 8 MB per binary, ≤ 40 MB RSS.\n\n| binary | x86_64 | arm64 | peak RSS (full batch) |\n|---|---|---|---|"
+        "\n## 2. Binary size and peak RSS\n\nStripped release binaries (the `bootstrap` Lambda runs). Each function built on its own, as `sam build` does (features are unified only within one build); arm64 from `cargo lambda build --release --arm64 -p <function>`. MB = MiB. Peak RSS (VmHWM) of one process that served one full batch against moto: ingest one event fanned out to 5 endpoints, dispatch the stream batch of 3 events x 5 deliveries, deliver an SQS batch of 10 messages POSTed to a loopback receiver, retry a DLQ dry run. Goals: ≤ 8 MB per binary, ≤ 40 MB RSS.\n\n| binary | x86_64 | arm64 | peak RSS (full batch) |\n|---|---|---|---|"
     );
     let receiver = hookline_tests::receiver::Receiver::healthy().await;
     let (moto, stack, mut batches) = batch_events(&receiver.url).await?;

@@ -3,8 +3,8 @@
 //! events of that type; endpoint subscriptions are checked against the
 //! catalog once it is not empty.
 
+use crate::catalog::{check_definition, EventTypeRequest};
 use hookline_core::model::EventType;
-use hookline_pipeline::catalog::{check_definition, EventTypeRequest};
 use hookline_pipeline::ports::Store;
 use hookline_pipeline::PipelineError;
 use lambda_http::http::StatusCode;

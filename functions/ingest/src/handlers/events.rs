@@ -30,7 +30,7 @@ pub async fn create_event<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answe
     let accepted = ingest(
         &api.store,
         &api.settings,
-        Some(&api.catalog),
+        &api.catalog,
         path.app_id.as_str(),
         key,
         call.body(),
@@ -66,7 +66,7 @@ pub async fn create_event_batch<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) ->
     let results = ingest_batch(
         &api.store,
         &api.settings,
-        Some(&api.catalog),
+        &api.catalog,
         path.app_id.as_str(),
         call.body(),
         call.now,

@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::catalog::CatalogCache;
 use crate::ports::{
     CommitOutcome, IdempotencyRecord, NewEvent, Store, FANOUT_LIST_MAX, INLINE_DELIVERIES,
 };
@@ -109,32 +108,42 @@ pub fn validate_event(
     })
 }
 
-/// Checks a valid event's payload against its type's schema in the
-/// catalog, if `catalog` is given and the type has one. The operational
-/// app's events are ours, never checked against the provider's catalog.
-async fn check_schema<S: Store>(
-    store: &S,
-    catalog: Option<&CatalogCache>,
-    app_id: &AppId,
-    valid: &ValidEvent,
-) -> Result<(), PipelineError> {
-    match catalog {
-        Some(catalog) if !crate::operational::is_operational(app_id) => {
-            catalog
-                .check_payload(store, &valid.event_type, valid.payload.get())
-                .await
-        }
-        _ => Ok(()),
+/// What ingest checks a valid event against before committing it: the
+/// API's event-type catalog (payload against its type's schema, in
+/// `hookline-ingest`), or [`Unchecked`] (the operational app's own events).
+/// The schema validator lives with the API, so the functions that only
+/// send operational events neither link nor depend on it.
+pub trait PayloadCheck: Sync {
+    fn check<S: Store>(
+        &self,
+        store: &S,
+        app_id: &AppId,
+        valid: &ValidEvent,
+    ) -> impl std::future::Future<Output = Result<(), PipelineError>> + Send;
+}
+
+/// No check: events whose shape is ours.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unchecked;
+
+impl PayloadCheck for Unchecked {
+    async fn check<S: Store>(
+        &self,
+        _store: &S,
+        _app_id: &AppId,
+        _valid: &ValidEvent,
+    ) -> Result<(), PipelineError> {
+        Ok(())
     }
 }
 
-/// Accepts one event. `now` and `rng` make the ids; `catalog` (the
-/// API's) checks payloads against their type's schema.
+/// Accepts one event. `now` and `rng` make the ids; `check` (the API's
+/// catalog) vets the payload.
 #[allow(clippy::too_many_arguments)]
-pub async fn ingest<S: Store>(
+pub async fn ingest<S: Store, C: PayloadCheck>(
     store: &S,
     settings: &Settings,
-    catalog: Option<&CatalogCache>,
+    check: &C,
     app_id: &str,
     idempotency_key: Option<&str>,
     body: &[u8],
@@ -149,7 +158,7 @@ pub async fn ingest<S: Store>(
         r#"{"event_type": string, "payload": any JSON}"#,
     )?;
     let valid = validate_event(settings, request, idempotency_key)?;
-    check_schema(store, catalog, &app_id, &valid).await?;
+    check.check(store, &app_id, &valid).await?;
     // No read of the key first: the commit is conditional on it, and a key
     // already taken comes back as the first answer to replay. One request
     // (and one read unit) less for every new event; a replay pays it.
@@ -293,10 +302,10 @@ pub struct BatchEvent {
 /// it, never a partial event), so one bad or conflicting event does not
 /// refuse the others. The endpoints are read once for the whole batch.
 /// Results are in request order.
-pub async fn ingest_batch<S: Store>(
+pub async fn ingest_batch<S: Store, C: PayloadCheck>(
     store: &S,
     settings: &Settings,
-    catalog: Option<&CatalogCache>,
+    check: &C,
     app_id: &str,
     body: &[u8],
     now: DateTime<Utc>,
@@ -325,9 +334,7 @@ pub async fn ingest_batch<S: Store>(
             payload: item.payload,
         };
         let checked = match validate_event(settings, request, item.idempotency_key.as_deref()) {
-            Ok(valid) => check_schema(store, catalog, &app_id, &valid)
-                .await
-                .map(|()| valid),
+            Ok(valid) => check.check(store, &app_id, &valid).await.map(|()| valid),
             Err(err) => Err(err),
         };
         match checked {
@@ -475,7 +482,7 @@ mod tests {
         ingest(
             store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             Some("k"),
             BODY,
@@ -496,7 +503,7 @@ mod tests {
         let accepted = ingest(
             &store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             Some("k1"),
             BODY,
@@ -511,7 +518,7 @@ mod tests {
         let err = ingest(
             &store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             Some("k2"),
             BODY,
@@ -551,7 +558,7 @@ mod tests {
         ingest(
             &store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             Some("k"),
             body,
@@ -566,7 +573,7 @@ mod tests {
         let err = ingest(
             &store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             Some("k"),
             other,
@@ -597,7 +604,7 @@ mod tests {
         let results = ingest_batch(
             &store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             body.as_bytes(),
             Utc::now(),
@@ -630,7 +637,7 @@ mod tests {
         let again = ingest_batch(
             &store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             br#"{"events":[{"event_type":"order.paid","payload":{"n":3},"idempotency_key":"k3"}]}"#,
             Utc::now(),
@@ -665,7 +672,7 @@ mod tests {
             let err = ingest_batch(
                 &store,
                 &settings(),
-                None,
+                &Unchecked,
                 "acme",
                 body.as_bytes(),
                 Utc::now(),
@@ -682,7 +689,7 @@ mod tests {
         let results = ingest_batch(
             &store,
             &settings(),
-            None,
+            &Unchecked,
             "acme",
             hundred.as_bytes(),
             Utc::now(),

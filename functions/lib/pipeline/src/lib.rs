@@ -6,8 +6,6 @@
 //!   and SQS in `hookline-aws`, HTTP in [`sender`]).
 //! - [`settings`]: configuration from `WEBHOOKS_*` environment variables.
 //! - [`messages`]: the SQS message bodies (delivery queue and DLQ).
-//! - [`catalog`]: event-type definitions checked (schema compiles, example
-//!   matches) and payloads validated against their type's schema at ingest.
 //! - [`ingest`]: accept an event: validate, fan out, commit the outbox.
 //! - [`dispatch`]: a stream record of a pending delivery -> a delayed SQS message;
 //!   an event with fan-out left -> its next chunk of deliveries.
@@ -29,7 +27,6 @@
 //! - `fakes` (feature `fakes`): in-memory ports for unit tests only; every AWS
 //!   path is also tested against moto.
 
-pub mod catalog;
 pub mod deliver;
 pub mod dispatch;
 pub mod error;

@@ -122,7 +122,7 @@ pub async fn announce<S: Store>(
     let accepted = crate::ingest::ingest(
         store,
         settings,
-        None,
+        &crate::ingest::Unchecked,
         OPERATIONAL_APP,
         Some(&key),
         body.as_bytes(),

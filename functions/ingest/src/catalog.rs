@@ -17,8 +17,9 @@ use hookline_core::catalog::{EventTypeDef, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYT
 use hookline_core::model::EventType;
 use serde_json::Value;
 
-use crate::ports::Store;
-use crate::PipelineError;
+use hookline_pipeline::ingest::{PayloadCheck, ValidEvent};
+use hookline_pipeline::ports::Store;
+use hookline_pipeline::PipelineError;
 
 /// Deepest schema accepted (JSON nesting). The validator recurses with the
 /// schema; real schemas stay far below this.
@@ -194,9 +195,25 @@ fn compile_reason(e: &boon::CompileError) -> String {
         .replace("jsonschema validation failed with ", "")
 }
 
+/// The catalog's schemas; the operational app's events are never checked
+/// against the provider's catalog.
+impl PayloadCheck for CatalogCache {
+    async fn check<S: Store>(
+        &self,
+        store: &S,
+        app_id: &hookline_core::ids::AppId,
+        valid: &ValidEvent,
+    ) -> Result<(), PipelineError> {
+        if hookline_pipeline::operational::is_operational(app_id) {
+            return Ok(());
+        }
+        self.check_payload(store, &valid.event_type, valid.payload.get())
+            .await
+    }
+}
+
 /// The body of `PUT /v1/event-types/{name}`.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(utoipa::ToSchema, Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventTypeRequest {
     /// What the event means, for the people who receive it (at most 1024 bytes).
@@ -204,11 +221,11 @@ pub struct EventTypeRequest {
     pub description: Option<String>,
     /// A JSON Schema (draft 2020-12 unless its `$schema` names another)
     /// every payload of this type must match; absent: any payload.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    #[schema(value_type = Option<Object>)]
     #[serde(default)]
     pub schema: Option<Value>,
     /// An example payload; must match `schema`.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    #[schema(value_type = Option<Object>)]
     #[serde(default)]
     pub example: Option<Value>,
 }
@@ -347,7 +364,7 @@ impl CatalogCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fakes::MemoryStore;
+    use hookline_pipeline::fakes::MemoryStore;
     use serde_json::json;
 
     fn name(s: &str) -> EventType {
