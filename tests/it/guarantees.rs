@@ -37,46 +37,75 @@ fn admin_headers(extra: &[(&str, &str)]) -> Vec<(String, String)> {
 /// and spacing are not touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payload_reaches_the_receiver_byte_for_byte() {
+    use aws_sdk_dynamodb::types::AttributeValue;
     let stack = Stack::start(&[]).await;
     let receiver = Receiver::healthy().await;
     let _ = stack.subscribe("shop", &receiver).await;
-    let payload = r#"{"id":12345678901234567890123,"amount":10.50,"small":1e2,
+    let tricky = r#"{"id":12345678901234567890123,"amount":10.50,"small":1e2,
     "price": 0.100000000000000000000000000001 , "esc":"caf\u00e9 \"q\" \/","zz":[],"a":{"b":-0.0}}"#;
-    let request = format!(r#"{{"event_type":"order.paid","payload":  {payload}  }}"#);
-    let (status, _, body) = stack
-        .raw_call(
-            "POST",
-            "/v1/apps/shop/events",
-            &admin_headers(&[]),
-            Some(&request),
-        )
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let delivery_id = first_delivery(&body);
-    let delivered = stack
-        .pump_until_all(
-            std::slice::from_ref(&delivery_id),
-            DeliveryStatus::Delivered,
-            T,
-        )
-        .await;
-    assert!(delivered);
-    let got = receiver.received();
-    assert_eq!(got.len(), 1);
-    assert!(got[0].standard_ok && got[0].stripe_ok);
-    let text = String::from_utf8(got[0].body.clone()).unwrap();
-    let expected_tail = format!(r#","data":{payload}}}"#);
-    assert!(
-        text.ends_with(&expected_tail),
-        "payload changed in flight:\n sent {payload}\n got {text}"
+    // Short: stored as text. Longer: stored compressed (`body_z`); each
+    // must reach the receiver unchanged.
+    let long = format!(
+        r#"{{"lines": [{}], "note": "ação ✓ \u2713"}}"#,
+        vec![tricky; 30].join(" ,\n ")
     );
-    assert!(
-        text.starts_with(r#"{"type":"order.paid","timestamp":""#),
-        "{text}"
-    );
+    let short = r#"{"id":12345678901234567890123, "x":1e2,"z":-0.0,"e":"\u00e9"}"#;
+    for (payload, compressed) in [
+        (short.to_owned(), false),
+        (tricky.to_owned(), true),
+        (long, true),
+    ] {
+        let before = receiver.received().len();
+        let request = format!(r#"{{"event_type":"order.paid","payload":  {payload}  }}"#);
+        let (status, _, body) = stack
+            .raw_call(
+                "POST",
+                "/v1/apps/shop/events",
+                &admin_headers(&[]),
+                Some(&request),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
+        let event_id = body["event_id"].as_str().expect("event id").to_owned();
+        let item = raw_item(&stack, &format!("EVT#{event_id}"), "EVT")
+            .await
+            .expect("the event item");
+        assert_eq!(
+            (
+                matches!(item.get("body_z"), Some(AttributeValue::B(_))),
+                item.contains_key("body")
+            ),
+            (compressed, !compressed),
+            "stored form of a {}-byte payload",
+            payload.len()
+        );
+        let delivery_id = first_delivery(&body);
+        let delivered = stack
+            .pump_until_all(
+                std::slice::from_ref(&delivery_id),
+                DeliveryStatus::Delivered,
+                T,
+            )
+            .await;
+        assert!(delivered);
+        let got = receiver.received();
+        assert_eq!(got.len(), before + 1);
+        let last = got.last().expect("one request");
+        assert!(last.standard_ok && last.stripe_ok);
+        let text = String::from_utf8(last.body.clone()).unwrap();
+        let expected_tail = format!(r#","data":{payload}}}"#);
+        assert!(
+            text.ends_with(&expected_tail),
+            "payload changed in flight:\n sent {payload}\n got {text}"
+        );
+        assert!(
+            text.starts_with(r#"{"type":"order.paid","timestamp":""#),
+            "{text}"
+        );
+    }
     record_figures(
         "payload",
-        "payload bytes: an integer beyond 64 bits, a 30-digit decimal, 10.50, 1e2, -0.0, escapes, key order and spacing reached the receiver byte for byte (both signatures valid)",
+        "payload bytes: an integer beyond 64 bits, a 30-digit decimal, 10.50, 1e2, -0.0, escapes, non-ASCII, key order and spacing reached the receiver byte for byte (both signatures valid), from an event item stored as text and from one stored compressed (body_z)",
     );
 }
 

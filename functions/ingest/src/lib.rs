@@ -228,6 +228,23 @@ mod tests {
         assert!(!body.to_string().contains("notbase64"), "{body}");
     }
 
+    /// `UPDATE_OPENAPI=1 cargo test -p hookline-ingest openapi_json` writes
+    /// the file afresh.
+    #[test]
+    fn openapi_json_is_the_generated_document() {
+        let generated = router::generate_document();
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+        if std::env::var_os("UPDATE_OPENAPI").is_some() {
+            std::fs::write(file, &generated).unwrap();
+            return;
+        }
+        assert!(
+            generated == router::DOCUMENT,
+            "functions/ingest/openapi.json is not what the route table generates: \
+             run `UPDATE_OPENAPI=1 cargo test -p hookline-ingest openapi_json` and commit the file"
+        );
+    }
+
     #[tokio::test]
     async fn openapi_document_lists_exactly_the_served_routes() {
         let doc: serde_json::Value = serde_json::from_str(router::document()).unwrap();

@@ -133,7 +133,7 @@ pub async fn local_stack(
 /// that answered 503 (to send again).
 async fn send<'k>(
     stack: &LocalStack,
-    event: &serde_json::Value,
+    event: &dyn Fn(&str) -> serde_json::Value,
     keys: &[&'k str],
     batch: bool,
 ) -> Result<Vec<&'k str>, String> {
@@ -142,7 +142,7 @@ async fn send<'k>(
         let events: Vec<serde_json::Value> = keys
             .iter()
             .map(|k| {
-                let mut e = event.clone();
+                let mut e = event(k);
                 e["idempotency_key"] = json!(k);
                 e
             })
@@ -173,7 +173,7 @@ async fn send<'k>(
                 .call(
                     "POST",
                     "/v1/apps/bench/events",
-                    Some(event.clone()),
+                    Some(event(key)),
                     &[("idempotency-key", key)],
                 )
                 .await;
@@ -185,6 +185,84 @@ async fn send<'k>(
         }
     }
     Ok(again)
+}
+
+/// A realistic webhook payload of about 0.8 KB (a paid order as payment
+/// providers send it: ids, amounts, a customer, line items, metadata), its
+/// ids, amounts and names drawn from `key` so no two events repeat. Real
+/// JSON, not padding: what the store's compression gains on it is what a
+/// producer's payloads gain.
+pub fn order_payload(key: &str) -> serde_json::Value {
+    // splitmix64 seeded by the key's bytes: deterministic, well spread.
+    struct Mix(u64);
+    impl Mix {
+        fn n(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn id(&mut self, prefix: &str, len: usize) -> String {
+            const ALPHABET: &[u8] =
+                b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+            let tail: String = (0..len)
+                .map(|_| char::from(ALPHABET[(self.n() % ALPHABET.len() as u64) as usize]))
+                .collect();
+            format!("{prefix}_{tail}")
+        }
+    }
+    let mut mix = Mix(key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x1000_0000_01b3)
+    }));
+    let (order, customer) = (mix.id("ord", 14), mix.id("cus", 14));
+    let (charge, intent) = (mix.id("ch", 24), mix.id("pi", 24));
+    let (sku1, sku2) = (mix.id("sku", 8), mix.id("sku", 8));
+    let (tracking, cart) = (mix.id("BR", 11), mix.id("cart", 12));
+    let mut n = || mix.n();
+    let names = [
+        "Ana Souza",
+        "Bruno Lima",
+        "Carla Dias",
+        "Diego Alves",
+        "Elisa Rocha",
+        "Fabio Melo",
+    ];
+    let cities = [
+        "São Paulo",
+        "Recife",
+        "Porto Alegre",
+        "Curitiba",
+        "Belo Horizonte",
+        "Salvador",
+    ];
+    let name = names[(n() % 6) as usize];
+    let (qty1, qty2) = (1 + n() % 4, 1 + n() % 3);
+    let (price1, price2) = (500 + n() % 20_000, 990 + n() % 9_000);
+    let total = qty1 * price1 + qty2 * price2;
+    json!({
+        "id": order,
+        "object": "order",
+        "status": "paid",
+        "amount": total,
+        "amount_received": total,
+        "currency": "brl",
+        "created": 1_764_000_000 + n() % 10_000_000,
+        "customer": {
+            "id": customer,
+            "name": name,
+            "email": format!("{}.{}@example.com", name.split(' ').next().unwrap_or("x").to_lowercase(), n() % 10_000),
+            "address": {"city": cities[(n() % 6) as usize], "country": "BR", "postal_code": format!("{:05}-{:03}", n() % 100_000, n() % 1_000)}
+        },
+        "payment": {"intent": intent, "charge": charge, "method": "card", "card": {"brand": "visa", "last4": format!("{:04}", n() % 10_000), "exp_month": 1 + n() % 12, "exp_year": 2027 + n() % 5}, "installments": 1 + n() % 6},
+        "items": [
+            {"sku": sku1, "description": "Camiseta algodão orgânico", "quantity": qty1, "unit_amount": price1},
+            {"sku": sku2, "description": "Caneca cerâmica 350 ml", "quantity": qty2, "unit_amount": price2}
+        ],
+        "shipping": {"carrier": "correios", "service": "sedex", "amount": 1990 + n() % 3_000, "tracking": tracking},
+        "metadata": {"channel": "web", "campaign": "black-friday", "cart_id": cart},
+        "livemode": false
+    })
 }
 
 /// Runs one scenario on a fresh moto.
@@ -220,9 +298,8 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
     // Count from here: setup (tables, queues, endpoints) is not per delivery.
     counters.functions.reset();
     counters.event_sources.reset();
-    let payload = json!({"order": {"id": "ord_123", "total": 1999, "currency": "EUR"}, "pad": "x".repeat(600)});
     let expected = scenario.events * scenario.endpoints;
-    let event = json!({"event_type": "order.paid", "payload": payload});
+    let event = |key: &str| json!({"event_type": "order.paid", "payload": order_payload(key)});
     let per_request = scenario.events_per_request.max(1);
     let mut sent = 0;
     while sent < scenario.events {
@@ -337,9 +414,9 @@ pub async fn naive(scenario: &Scenario) -> Result<ScenarioCounts, String> {
         .map_err(|e| format!("create naive table: {e:?}"))?;
     counter.reset();
     let s = |v: &str| AttributeValue::S(v.to_owned());
-    let payload = json!({"order": {"id": "ord_123", "total": 1999, "currency": "EUR"}, "pad": "x".repeat(600)}).to_string();
     let total = scenario.events * scenario.endpoints;
     for i in 0..total {
+        let payload = order_payload(&format!("bench-{i}")).to_string();
         // INSERT INTO webhook_deliveries (...) — with the payload (JSONB).
         db.put_item()
             .table_name(table)
@@ -432,4 +509,18 @@ pub async fn naive(scenario: &Scenario) -> Result<ScenarioCounts, String> {
         functions: counter.snapshot(),
         event_sources: BTreeMap::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order_payload;
+
+    #[test]
+    fn order_payloads_are_realistic_and_never_repeat() {
+        let a = order_payload("bench-1").to_string();
+        let b = order_payload("bench-2").to_string();
+        assert_ne!(a, b);
+        assert_eq!(a, order_payload("bench-1").to_string(), "deterministic");
+        assert!((700..1100).contains(&a.len()), "{} bytes: {a}", a.len());
+    }
 }

@@ -72,7 +72,9 @@ fn value_size(v: &Value) -> usize {
         return 0;
     };
     match (ty.as_str(), inner) {
-        ("S", Value::String(s)) | ("B", Value::String(s)) => s.len(),
+        ("S", Value::String(s)) => s.len(),
+        // Binary travels as base64; DynamoDB counts the raw bytes.
+        ("B", Value::String(s)) => base64_len(s),
         ("N", Value::String(n)) => n.len() / 2 + 1,
         ("BOOL", _) | ("NULL", _) => 1,
         ("L", Value::Array(items)) => 3 + items.iter().map(|i| value_size(i) + 1).sum::<usize>(),
@@ -82,11 +84,18 @@ fn value_size(v: &Value) -> usize {
                 .map(|(k, v)| k.len() + value_size(v) + 1)
                 .sum::<usize>()
         }
-        ("SS", Value::Array(items)) | ("NS", Value::Array(items)) | ("BS", Value::Array(items)) => {
+        ("SS", Value::Array(items)) | ("NS", Value::Array(items)) => {
             items.iter().map(|i| i.as_str().map_or(0, str::len)).sum()
         }
+        ("BS", Value::Array(items)) => items.iter().map(|i| i.as_str().map_or(0, base64_len)).sum(),
         _ => 0,
     }
+}
+
+/// The length of the bytes a base64 text (with padding) encodes.
+fn base64_len(text: &str) -> usize {
+    let padding = text.bytes().rev().take_while(|&b| b == b'=').count();
+    (text.len() / 4 * 3).saturating_sub(padding)
 }
 
 /// DynamoDB's size of an item: attribute names plus values.
@@ -262,6 +271,9 @@ mod tests {
             dynamodb_capacity("GetItem", &json!({"ConsistentRead": true})).1,
             1.0
         );
+        // Binary counts its raw bytes, not its base64 text.
+        let blob = json!({"b": {"B": "AAECAwQ="}, "s": {"BS": ["AAE=", "AA=="]}});
+        assert_eq!(item_size(&blob), 1 + 5 + 1 + 2 + 1);
         let big = json!({"PK": {"S": "x".repeat(3000)}});
         assert_eq!(dynamodb_capacity("PutItem", &json!({"Item": big})).0, 3.0);
         // The KEYS_ONLY overdue index: one WRU per entry written or removed.
