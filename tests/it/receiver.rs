@@ -5,15 +5,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hookline_aws::clients::{sdk_config, AwsEnvironment};
 use hookline_aws::seen::DynamoSeenStore;
 use hookline_core::signing::{sign, Schemes, Secret};
-use hookline_local::clients::{function_clients, local_sdk_config};
 use hookline_verify::{Claim, Receiver, SeenStore, Verifier};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_seen_store_and_receiver_process_once() {
     let moto = hookline_tests::moto::start();
-    let clients = function_clients(&local_sdk_config(&moto.url).await, None);
+    // The SDK configuration the Lambda functions build from their
+    // environment (region and the role's credentials as Lambda sets them).
+    let aws = AwsEnvironment::from_lookup(|var| match var {
+        "AWS_REGION" => Some("us-east-1".into()),
+        "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("testing".into()),
+        "AWS_SESSION_TOKEN" => Some("session".into()),
+        _ => None,
+    })
+    .expect("a complete environment");
+    let clients = hookline_aws::clients::Clients::from_config(&sdk_config(&aws, Some(&moto.url)));
     DynamoSeenStore::create_table(&clients.dynamodb, "receiver-seen")
         .await
         .unwrap();

@@ -13,11 +13,16 @@ const FUNCTIONS: [(&str, &str); 5] = [
     ("hookline-reconcile", "reconcile"),
 ];
 
-const REQUIRED: [(&str, &str); 4] = [
+/// Ours, and the AWS access Lambda sets in every environment (read
+/// directly, without aws-config's credential chain).
+const REQUIRED: [(&str, &str); 7] = [
     ("WEBHOOKS_TABLE", "hookline-Table"),
     ("WEBHOOKS_QUEUE_URL", "http://127.0.0.1:9/000000000000/q"),
     ("WEBHOOKS_DLQ_URL", "http://127.0.0.1:9/000000000000/dlq"),
     ("WEBHOOKS_KMS_KEY_ID", "alias/hookline-SecretsKey"),
+    ("AWS_REGION", "us-east-1"),
+    ("AWS_ACCESS_KEY_ID", "local"),
+    ("AWS_SECRET_ACCESS_KEY", "local"),
 ];
 
 #[test]
@@ -31,7 +36,6 @@ fn a_missing_required_variable_fails_every_cold_start_naming_it() {
                 // A runtime API nobody answers: a process that got past its
                 // settings would hang on it, not exit.
                 .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
-                .env("AWS_REGION", "us-east-1")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

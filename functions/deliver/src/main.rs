@@ -18,7 +18,7 @@ async fn main() -> Result<(), Error> {
         async move {
             let deliverer = deliverer
                 .get_or_try_init(|| async {
-                    let (store, queue) = hookline_aws::clients::store_and_queue(settings).await;
+                    let (store, queue) = hookline_aws::clients::store_and_queue(settings).await?;
                     let sender = HttpSender::new(settings.allow_private_endpoints)?;
                     Ok::<_, Error>(Deliverer::new(store, queue, sender, settings.clone()))
                 })

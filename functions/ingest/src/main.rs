@@ -18,11 +18,11 @@ async fn main() -> Result<(), Error> {
         let (api, settings, keys) = (&api, &settings, &keys);
         async move {
             let api = api
-                .get_or_init(|| async {
-                    let (store, queue) = hookline_aws::clients::store_and_queue(settings).await;
-                    Api::new(store, queue, settings.clone(), keys.clone())
+                .get_or_try_init(|| async {
+                    let (store, queue) = hookline_aws::clients::store_and_queue(settings).await?;
+                    Ok::<_, Error>(Api::new(store, queue, settings.clone(), keys.clone()))
                 })
-                .await;
+                .await?;
             let mut rng = StdRng::from_entropy();
             Ok::<_, Error>(
                 hookline_ingest::handle(api, request, chrono::Utc::now(), &mut rng).await,

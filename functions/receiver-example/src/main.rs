@@ -8,7 +8,8 @@ async fn main() -> Result<(), Error> {
     hookline_aws::clients::init_tracing();
     let settings = ReceiverSettings::from_lookup(|k| std::env::var(k).ok())?;
     let verifier = Verifier::with_secrets(settings.secrets.iter().map(String::as_str))?;
-    let config = hookline_aws::clients::sdk_config(settings.aws_endpoint_url.as_deref()).await;
+    let aws = hookline_aws::clients::AwsEnvironment::from_env()?;
+    let config = hookline_aws::clients::sdk_config(&aws, settings.aws_endpoint_url.as_deref());
     let mut store = DynamoSeenStore::new(
         hookline_aws::clients::DynamoDbClient::new(&config),
         settings.table,

@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let deps = &deps;
         async move {
-            let (store, queue) = deps.adapters().await;
+            let (store, queue) = deps.adapters().await?;
             let now = chrono::Utc::now();
             let report =
                 hookline_reconcile::handle(store, queue, &deps.settings, event.payload, now)

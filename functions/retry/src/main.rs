@@ -10,7 +10,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let deps = &deps;
         async move {
-            let (store, queue) = deps.adapters().await;
+            let (store, queue) = deps.adapters().await?;
             let now = chrono::Utc::now();
             let budget = hookline_retry::budget(event.context.deadline, now);
             Ok::<_, Error>(hookline_retry::handle(store, queue, event.payload, now, budget).await?)

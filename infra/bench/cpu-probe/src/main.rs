@@ -121,7 +121,7 @@ async fn main() -> Result<(), BoxError> {
     };
     let events: usize = events.parse()?;
     let settings = hookline_aws::clients::settings_from_env()?;
-    let (store, queue) = hookline_aws::clients::store_and_queue(&settings).await;
+    let (store, queue) = hookline_aws::clients::store_and_queue(&settings).await?;
     let mut rng = StdRng::from_entropy();
     let app = AppId::parse("bench")?;
     let endpoint = Endpoint::new(
