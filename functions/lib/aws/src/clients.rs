@@ -87,7 +87,7 @@ pub fn sdk_config(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> SdkConfig
         )
         .timeout_config(
             TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(3))
+                .connect_timeout(crate::transport::CONNECT_TIMEOUT)
                 .operation_attempt_timeout(Duration::from_secs(10))
                 .operation_timeout(Duration::from_secs(30))
                 .build(),
@@ -103,31 +103,32 @@ pub fn sdk_config(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> SdkConfig
 /// Trust Services).
 pub const AMAZON_TRUST_SERVICES_PEM: &str = include_str!("../certs/amazon-trust-services.pem");
 
-/// The SDK's HTTPS client. Talking to AWS (or to a plain-HTTP local
-/// endpoint) it trusts the five Amazon Trust Services roots only: loading
-/// and parsing the system store's ~140 roots was a third of a cold start,
-/// on every function. A custom HTTPS endpoint (a proxy, LocalStack with its
-/// own certificate) gets the system store, as the SDK's default does.
+/// The SDK's HTTPS client ([`crate::transport`]). Talking to AWS (or to a
+/// plain-HTTP local endpoint) it trusts the five Amazon Trust Services roots
+/// only: loading and parsing the system store's ~140 roots was a third of a
+/// cold start, on every function. A custom HTTPS endpoint (a proxy,
+/// LocalStack) gets Mozilla's root program (`webpki-roots`, compiled in).
 pub fn http_client(
     endpoint_url: Option<&str>,
 ) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
-    use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
     let custom_https = endpoint_url.is_some_and(|url| url.starts_with("https://"));
-    let trust = if custom_https {
-        TrustStore::default()
+    let roots = if custom_https {
+        rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        }
     } else {
-        TrustStore::empty()
-            .with_native_roots(false)
-            .with_pem_certificate(AMAZON_TRUST_SERVICES_PEM.as_bytes())
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = CertificateDer::pem_slice_iter(AMAZON_TRUST_SERVICES_PEM.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .expect("the compiled-in Amazon Trust Services roots are valid PEM (tested)");
+        roots.add_parsable_certificates(certs);
+        roots
     };
-    let context = TlsContext::builder()
-        .with_trust_store(trust)
-        .build()
-        .expect("a trust store without extra server names always builds");
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
-        .tls_context(context)
-        .build_https()
+    crate::transport::ReqwestHttpClient::new(roots)
+        .expect("a reqwest client on a preconfigured rustls config, without proxies, builds")
+        .shared()
 }
 
 impl Clients {

@@ -1,7 +1,9 @@
 //! hookline's AWS edge: the real implementations of the pipeline's ports.
 //!
-//! - [`clients`]: SDK client construction (explicit retry and timeout
-//!   settings; `AWS_ENDPOINT_URL` points them at moto locally).
+//! - [`clients`]: SDK client construction from Lambda's environment
+//!   (explicit retry and timeout settings; `WEBHOOKS_AWS_ENDPOINT_URL`
+//!   points them at moto locally).
+//! - [`transport`]: the SDK's HTTP client on `reqwest` (HTTP/1.1, rustls).
 //! - [`schema`]: the single-table design — keys, GSIs, item shapes (via
 //!   serde_dynamo) and stream-image decoding.
 //! - [`store`]: [`DynamoStore`], the [`Store`](hookline_pipeline::ports::Store) port.
@@ -23,6 +25,7 @@ pub mod sealing;
 pub mod seen;
 pub mod serial;
 pub mod store;
+pub mod transport;
 
 pub use queue::SqsQueue;
 pub use store::DynamoStore;
