@@ -11,6 +11,7 @@ mod local_stack;
 mod operator;
 mod outbox;
 mod pipeline;
+mod portal;
 mod receiver;
 mod security;
 mod settings;

@@ -35,6 +35,9 @@ pub enum Scope {
     Admin,
     /// An app-scoped key: that app's endpoints, events, deliveries only.
     App(AppId),
+    /// A portal session of an app: the routes open to the app's customers
+    /// ([`crate::router::Access::Portal`]) for that app only.
+    Portal(AppId),
 }
 
 impl Scope {
@@ -43,11 +46,14 @@ impl Scope {
         match self {
             Scope::Admin => Ok(()),
             // The operational app is the operator's own (admin key only).
-            Scope::App(_) if operational::is_operational(app) => Err(ApiError::forbidden(format!(
-                "the app {OPERATIONAL_APP} takes the admin API key"
-            ))),
-            Scope::App(own) if own == app => Ok(()),
+            Scope::App(_) | Scope::Portal(_) if operational::is_operational(app) => Err(
+                ApiError::forbidden(format!("the app {OPERATIONAL_APP} takes the admin API key")),
+            ),
+            Scope::App(own) | Scope::Portal(own) if own == app => Ok(()),
             Scope::App(_) => Err(ApiError::forbidden("this API key is scoped to another app")),
+            Scope::Portal(_) => Err(ApiError::forbidden(
+                "this portal session is scoped to another app",
+            )),
         }
     }
 
@@ -55,7 +61,19 @@ impl Scope {
     pub fn require_admin(&self) -> Result<(), ApiError> {
         match self {
             Scope::Admin => Ok(()),
-            Scope::App(_) => Err(ApiError::forbidden("this route needs the admin API key")),
+            Scope::App(_) | Scope::Portal(_) => {
+                Err(ApiError::forbidden("this route needs the admin API key"))
+            }
+        }
+    }
+
+    /// 403 for a portal session: this route is not open to the app's customers.
+    pub fn require_key(&self) -> Result<(), ApiError> {
+        match self {
+            Scope::Portal(_) => Err(ApiError::forbidden(
+                "a portal session may manage the app's endpoints, deliveries and replays and read the event-type catalog, nothing else",
+            )),
+            Scope::Admin | Scope::App(_) => Ok(()),
         }
     }
 }
@@ -80,12 +98,14 @@ impl ApiKeys {
     }
 
     /// Checks an `Authorization` header value: the admin key, or an
-    /// app-scoped key (`key_....<secret>`) looked up by its id in `store` and
-    /// compared by hash in constant time.
+    /// app-scoped key or portal session (`key_....<secret>`) looked up by its
+    /// id in `store` and compared by hash in constant time; a portal session
+    /// past its end at `now` is refused (401).
     pub async fn authenticate<S: Store>(
         &self,
         header: Option<&str>,
         store: &S,
+        now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Scope, ApiError> {
         let unauthorized = |m: &str| ApiError::unauthorized(m);
         let header =
@@ -99,7 +119,15 @@ impl ApiKeys {
         if let Some(id) = ApiKey::id_of(token) {
             let record = store.get_api_key(&id).await.map_err(ApiError::from)?;
             return match record {
-                Some(record) if record.matches(token) => Ok(Scope::App(record.app_id)),
+                Some(record) if record.matches(token) => {
+                    if record.expired(now) {
+                        Err(unauthorized("this portal session has expired"))
+                    } else if record.is_portal_session() {
+                        Ok(Scope::Portal(record.app_id))
+                    } else {
+                        Ok(Scope::App(record.app_id))
+                    }
+                }
                 _ => Err(unauthorized("invalid API key")),
             };
         }
@@ -124,7 +152,7 @@ mod tests {
         let store = MemoryStore::default();
         let keys = ApiKeys::admin("s3cret");
         assert_eq!(
-            keys.authenticate(Some("Bearer s3cret"), &store)
+            keys.authenticate(Some("Bearer s3cret"), &store, Utc::now())
                 .await
                 .unwrap(),
             Scope::Admin
@@ -137,7 +165,10 @@ mod tests {
             Some("Bearer s3cre"),
             Some("Bearer s3crett"),
         ] {
-            let err = keys.authenticate(bad, &store).await.unwrap_err();
+            let err = keys
+                .authenticate(bad, &store, Utc::now())
+                .await
+                .unwrap_err();
             assert_eq!(err.status, StatusCode::UNAUTHORIZED);
             assert!(!err.message.contains("s3cret"));
         }
@@ -150,11 +181,16 @@ mod tests {
         );
         let header = format!("Bearer {key}");
         assert!(
-            keys.authenticate(Some(&header), &store).await.is_err(),
+            keys.authenticate(Some(&header), &store, Utc::now())
+                .await
+                .is_err(),
             "not stored yet"
         );
         store.put_api_key(&record).await.unwrap();
-        let scope = keys.authenticate(Some(&header), &store).await.unwrap();
+        let scope = keys
+            .authenticate(Some(&header), &store, Utc::now())
+            .await
+            .unwrap();
         assert_eq!(scope, Scope::App(acme.clone()));
         assert!(scope.allows(&acme).is_ok());
         let other = AppId::parse("globex").unwrap();
@@ -177,28 +213,36 @@ mod tests {
         let mut forged = key.clone();
         forged.replace_range(key.len() - 4.., "AAAA");
         let err = keys
-            .authenticate(Some(&format!("Bearer {forged}")), &store)
+            .authenticate(Some(&format!("Bearer {forged}")), &store, Utc::now())
             .await
             .unwrap_err();
         assert_eq!(err.status, StatusCode::UNAUTHORIZED);
         store.delete_api_key(&acme, &record.id).await.unwrap();
         assert!(
-            keys.authenticate(Some(&header), &store).await.is_err(),
+            keys.authenticate(Some(&header), &store, Utc::now())
+                .await
+                .is_err(),
             "revoked"
         );
 
         let settings = |vars: &[(&str, &str)]| Settings::for_tests(vars);
         let none = ApiKeys::from_settings(&settings(&[]).unwrap());
         assert!(none
-            .authenticate(Some("Bearer anything"), &store)
+            .authenticate(Some("Bearer anything"), &store, Utc::now())
             .await
             .is_err());
         let hash = hex::encode(sha256("k1"));
         let hashed =
             ApiKeys::from_settings(&settings(&[("WEBHOOKS_ADMIN_KEY_SHA256", &hash)]).unwrap());
-        assert!(hashed.authenticate(Some("Bearer k1"), &store).await.is_ok());
+        assert!(hashed
+            .authenticate(Some("Bearer k1"), &store, Utc::now())
+            .await
+            .is_ok());
         let plain = ApiKeys::from_settings(&settings(&[("WEBHOOKS_ADMIN_KEY", " k2 ")]).unwrap());
-        assert!(plain.authenticate(Some("Bearer k2"), &store).await.is_ok());
+        assert!(plain
+            .authenticate(Some("Bearer k2"), &store, Utc::now())
+            .await
+            .is_ok());
         assert!(settings(&[("WEBHOOKS_ADMIN_KEY_SHA256", "zz")]).is_err());
         assert!(!format!("{keys:?}").contains("s3cret"));
     }

@@ -8,7 +8,7 @@
 //!   from its `#[utoipa::path]`): matching, authorisation, dispatch, and the
 //!   OpenAPI 3.1 document (`GET /openapi.json`) generated from the same list.
 //! - [`handlers`]: one module per resource (`events`, `endpoints`,
-//!   `deliveries`, `event_types`, `api_keys`, `dlq`, `meta`).
+//!   `deliveries`, `event_types`, `api_keys`, `portal_sessions`, `dlq`, `meta`).
 //! - [`catalog`]: event-type definitions checked (schema compiles, example
 //!   matches) and payloads validated against their type's schema at ingest
 //!   (JSON Schema via `boon`, only in this function).
@@ -273,7 +273,8 @@ mod tests {
                 .replace("{endpoint_id}", "ep_00000000000000000000000000")
                 .replace("{delivery_id}", "dlv_00000000000000000000000000")
                 .replace("{event_id}", "evt_00000000000000000000000000")
-                .replace("{key_id}", "key_00000000000000000000000000");
+                .replace("{key_id}", "key_00000000000000000000000000")
+                .replace("{session_id}", "key_00000000000000000000000000");
             let request = apigw::http_request(
                 method,
                 &concrete,

@@ -20,7 +20,9 @@ use utoipa::{Modify, OpenApi};
 use crate::auth::Scope;
 use crate::call::{Answer, Call, Params};
 use crate::error::ApiError;
-use crate::handlers::{api_keys, deliveries, dlq, endpoints, event_types, events, meta};
+use crate::handlers::{
+    api_keys, deliveries, dlq, endpoints, event_types, events, meta, portal_sessions,
+};
 use crate::Api;
 
 /// Who may call a route.
@@ -31,6 +33,10 @@ pub enum Access {
     /// The admin key, or a key scoped to the path's `{app_id}` (any key
     /// when the path has none: reading the catalog).
     AppKey,
+    /// As [`Access::AppKey`], and open to the app's portal sessions too:
+    /// what the app's customers manage themselves (endpoints, deliveries,
+    /// replays, stats) and the catalog they read.
+    Portal,
     /// The admin key only.
     Admin,
 }
@@ -117,28 +123,30 @@ routes! {
     AppKey events::create_event,
     AppKey events::create_event_batch,
     AppKey events::get_event,
-    AppKey endpoints::create_endpoint,
-    AppKey endpoints::list_endpoints,
-    AppKey endpoints::get_endpoint,
-    AppKey endpoints::update_endpoint,
-    AppKey endpoints::delete_endpoint,
-    AppKey endpoints::rotate_secret,
-    AppKey endpoints::recover,
-    AppKey endpoints::endpoint_stats,
-    AppKey endpoints::replay,
-    AppKey endpoints::get_replay,
-    AppKey deliveries::list_deliveries,
-    AppKey deliveries::get_delivery,
-    AppKey deliveries::retry_delivery,
+    Portal endpoints::create_endpoint,
+    Portal endpoints::list_endpoints,
+    Portal endpoints::get_endpoint,
+    Portal endpoints::update_endpoint,
+    Portal endpoints::delete_endpoint,
+    Portal endpoints::rotate_secret,
+    Portal endpoints::recover,
+    Portal endpoints::endpoint_stats,
+    Portal endpoints::replay,
+    Portal endpoints::get_replay,
+    Portal deliveries::list_deliveries,
+    Portal deliveries::get_delivery,
+    Portal deliveries::retry_delivery,
     Admin api_keys::create_api_key,
     Admin api_keys::list_api_keys,
     Admin api_keys::delete_api_key,
+    AppKey portal_sessions::create_portal_session,
+    AppKey portal_sessions::delete_portal_session,
     Admin dlq::dlq_status,
     Admin dlq::dlq_redrive,
     Admin event_types::put_event_type,
-    AppKey event_types::get_event_type,
+    Portal event_types::get_event_type,
     Admin event_types::delete_event_type,
-    AppKey event_types::list_event_types,
+    Portal event_types::list_event_types,
 }
 
 /// Every route (built on first use).
@@ -265,9 +273,11 @@ pub async fn route<S: Store, Q: Queue>(
             .headers()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        let scope = api.keys.authenticate(header, &api.store).await?;
-        if route.access == Access::Admin {
-            scope.require_admin()?;
+        let scope = api.keys.authenticate(header, &api.store, now).await?;
+        match route.access {
+            Access::Admin => scope.require_admin()?,
+            Access::AppKey => scope.require_key()?,
+            Access::Public | Access::Portal => {}
         }
         authorise_app(&scope, &params)?;
     }
@@ -325,7 +335,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 29);
+        assert_eq!(routes.len(), 31);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

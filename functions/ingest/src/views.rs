@@ -328,6 +328,7 @@ pub struct CreateApiKey {
 }
 
 /// An API key; `key` only in the answer to create (it is stored hashed).
+/// Portal sessions are listed too, with their end (`portal_until`).
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ApiKeyOut {
     pub id: String,
@@ -336,6 +337,9 @@ pub struct ApiKeyOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// A portal session's end (absent for an API key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub portal_until: Option<DateTime<Utc>>,
 }
 
 impl ApiKeyOut {
@@ -346,8 +350,33 @@ impl ApiKeyOut {
             name: k.name.clone(),
             key,
             created_at: k.created_at,
+            portal_until: k.portal_until,
         }
     }
+}
+
+/// The body of `POST /v1/apps/{app_id}/portal-sessions` (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePortalSession {
+    /// How long the session works: 60 to 86400 seconds, default 3600.
+    #[serde(default)]
+    pub expires_in_seconds: Option<u32>,
+}
+
+/// A new portal session: `token` and `url` are in this answer only (the
+/// token is stored hashed). Hand `url` to the app's customer: it opens the
+/// consumer portal already signed in (the token rides in the `#fragment`,
+/// which browsers never send to a server).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PortalSessionOut {
+    /// Revoke with `DELETE /v1/apps/{app_id}/portal-sessions/{id}`.
+    pub id: String,
+    pub app_id: String,
+    /// A bearer token for the app's portal routes only.
+    pub token: String,
+    pub url: String,
+    pub expires_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -484,6 +513,16 @@ pub struct ApiKeyPath {
     pub app_id: AppId,
     #[param(value_type = String)]
     pub key_id: ApiKeyId,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct PortalSessionPath {
+    #[param(value_type = String)]
+    pub app_id: AppId,
+    /// The session's `id` (from its creation).
+    #[param(value_type = String)]
+    pub session_id: ApiKeyId,
 }
 
 /// The optional `Idempotency-Key` header of event ingestion.

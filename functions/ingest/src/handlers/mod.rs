@@ -10,3 +10,4 @@ pub mod endpoints;
 pub mod event_types;
 pub mod events;
 pub mod meta;
+pub mod portal_sessions;

@@ -626,6 +626,10 @@ struct ApiKeyItem<'a> {
     gsi1sk: &'a str,
     #[serde(flatten)]
     key: &'a ApiKey,
+    /// TTL: a portal session's record goes a day after its end (the API
+    /// refuses it from its end on; TTL deletion lags).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<i64>,
 }
 
 pub fn api_key_item(key: &ApiKey) -> Result<Item, PipelineError> {
@@ -638,6 +642,9 @@ pub fn api_key_item(key: &ApiKey) -> Result<Item, PipelineError> {
             gsi1pk: api_keys_of_app(&key.app_id),
             gsi1sk: key.id.as_str(),
             key,
+            expires_at: key
+                .portal_until
+                .map(|until| (until + chrono::Duration::days(1)).timestamp()),
         },
     )
 }

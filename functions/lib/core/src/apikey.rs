@@ -2,6 +2,11 @@
 //! characters of base64url, 256 random bits); only its SHA-256 is stored.
 //! The id part lets the API find the one record to compare against, in
 //! constant time, without a table scan or a per-key index.
+//!
+//! A **portal session** is such a key with an end (`portal_until`): handed
+//! to the app's own customers through the consumer portal, it may touch
+//! only the app's endpoints, deliveries and replays and read the catalog,
+//! and stops working at its end or when revoked (its record deleted).
 
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -21,7 +26,15 @@ pub struct ApiKey {
     /// Hex SHA-256 of the whole key text.
     pub key_sha256: String,
     pub created_at: DateTime<Utc>,
+    /// A portal session's end; `None` for an API key (no end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub portal_until: Option<DateTime<Utc>>,
 }
+
+/// Shortest, default and longest portal session.
+pub const PORTAL_SESSION_MIN_SECONDS: u32 = 60;
+pub const PORTAL_SESSION_DEFAULT_SECONDS: u32 = 3600;
+pub const PORTAL_SESSION_MAX_SECONDS: u32 = 86_400;
 
 impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -29,6 +42,7 @@ impl std::fmt::Debug for ApiKey {
             .field("id", &self.id)
             .field("app_id", &self.app_id)
             .field("name", &self.name)
+            .field("portal_until", &self.portal_until)
             .finish_non_exhaustive()
     }
 }
@@ -61,8 +75,33 @@ impl ApiKey {
             name: name.into(),
             key_sha256: key_sha256(&key),
             created_at: now,
+            portal_until: None,
         };
         (record, key)
+    }
+
+    /// A fresh portal session for `app`, valid for `seconds` (checked by
+    /// the caller against the `PORTAL_SESSION_*` bounds).
+    pub fn generate_portal_session(
+        app_id: AppId,
+        seconds: u32,
+        now: DateTime<Utc>,
+        rng: &mut dyn RngCore,
+    ) -> (Self, String) {
+        let (mut record, token) = Self::generate(app_id, "portal session", now, rng);
+        record.portal_until = Some(now + chrono::Duration::seconds(i64::from(seconds)));
+        (record, token)
+    }
+
+    /// Whether this is a portal session (limited routes, an end).
+    pub fn is_portal_session(&self) -> bool {
+        self.portal_until.is_some()
+    }
+
+    /// Whether it has stopped working at `now` (a portal session past its
+    /// end; an API key never expires).
+    pub fn expired(&self, now: DateTime<Utc>) -> bool {
+        self.portal_until.is_some_and(|until| now >= until)
     }
 
     /// The id part of a presented key, if it has the shape of one.
@@ -107,5 +146,21 @@ mod tests {
         for bad in ["", "key_", "key_x.y", "nodot", &key[..key.len() - 1]] {
             assert_eq!(ApiKey::id_of(bad), None, "{bad}");
         }
+        assert!(
+            !record.is_portal_session()
+                && !record.expired(Utc::now() + chrono::Duration::days(9999))
+        );
+    }
+
+    #[test]
+    fn portal_sessions_end() {
+        let mut rng = StdRng::seed_from_u64(8);
+        let now = Utc::now();
+        let app = AppId::parse("acme").unwrap();
+        let (record, token) = ApiKey::generate_portal_session(app, 60, now, &mut rng);
+        assert!(record.is_portal_session() && record.matches(&token));
+        assert_eq!(ApiKey::id_of(&token), Some(record.id.clone()));
+        assert!(!record.expired(now + chrono::Duration::seconds(59)));
+        assert!(record.expired(now + chrono::Duration::seconds(60)));
     }
 }

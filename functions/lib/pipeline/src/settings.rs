@@ -65,6 +65,10 @@ pub struct Settings {
     /// event type's schema (a change through another instance applies
     /// within this time; through the same one at once).
     pub catalog_cache_ttl: Duration,
+    /// `WEBHOOKS_PORTAL_URL` (optional): the consumer portal page a portal
+    /// session's `url` opens (say, on the provider's own domain); by
+    /// default this API's `/portal` as the request reached it.
+    pub portal_url: Option<String>,
     /// `WEBHOOKS_SECRET_ROTATION_OVERLAP` (default 24h): old secret keeps signing.
     pub rotation_overlap: Duration,
     /// `WEBHOOKS_DISABLE_AFTER` (default 5d): an endpoint whose attempts have
@@ -250,6 +254,10 @@ impl Settings {
             deliver_function_timeout: vars
                 .duration("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", Duration::from_secs(30))?,
             aws_endpoint_url: vars.get("WEBHOOKS_AWS_ENDPOINT_URL"),
+            portal_url: match vars.get("WEBHOOKS_PORTAL_URL") {
+                Some(text) => Some(portal_url(&text)?),
+                None => None,
+            },
             serialize_dynamodb: vars.flag("WEBHOOKS_SERIALIZE_DYNAMODB")?,
             admin_key_sha256: admin_key(&vars)?,
             emf_metrics: vars.get("AWS_LAMBDA_FUNCTION_NAME").is_some()
@@ -341,6 +349,25 @@ impl Settings {
     }
 }
 
+/// An absolute http(s) URL without a fragment (the session's token goes
+/// there).
+fn portal_url(text: &str) -> Result<String, ConfigError> {
+    let invalid = |reason: &str| ConfigError::Invalid {
+        var: "WEBHOOKS_PORTAL_URL",
+        reason: reason.to_owned(),
+    };
+    let url = url::Url::parse(text.trim()).map_err(|e| invalid(&format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "https" | "http") || url.host_str().is_none() {
+        return Err(invalid("expected an http(s) URL with a host"));
+    }
+    if url.fragment().is_some() {
+        return Err(invalid(
+            "must not have a #fragment (the session token goes there)",
+        ));
+    }
+    Ok(url.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +444,16 @@ mod tests {
     }
 
     #[test]
+    fn the_portal_url_is_optional_and_absolute() {
+        assert_eq!(with(&[]).unwrap().portal_url, None);
+        let s = with(&[("WEBHOOKS_PORTAL_URL", " https://hooks.example.com/portal ")]).unwrap();
+        assert_eq!(
+            s.portal_url.as_deref(),
+            Some("https://hooks.example.com/portal")
+        );
+    }
+
+    #[test]
     fn bad_values_are_config_errors_naming_the_variable() {
         for (k, v, inconsistent) in [
             ("WEBHOOKS_RETRY_SCHEDULE", "soon", false),
@@ -427,6 +464,17 @@ mod tests {
             ("WEBHOOKS_DELIVER_CONCURRENCY", "0", false),
             ("WEBHOOKS_RECONCILE_AFTER", "soon", false),
             ("WEBHOOKS_SERIALIZE_DYNAMODB", "sometimes", false),
+            ("WEBHOOKS_PORTAL_URL", "hooks.example.com/portal", false),
+            (
+                "WEBHOOKS_PORTAL_URL",
+                "ftp://hooks.example.com/portal",
+                false,
+            ),
+            (
+                "WEBHOOKS_PORTAL_URL",
+                "https://hooks.example.com/portal#x",
+                false,
+            ),
             // Shorter than the seed schedule's worst case (10 x 6 h).
             ("WEBHOOKS_RETENTION_DAYS", "2", true),
             // 29 s of POST + margin does not fit a 30 s function.

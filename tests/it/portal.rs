@@ -1,0 +1,286 @@
+//! Portal sessions on moto: a session's token reaches its own app's portal
+//! routes and nothing else — every route of the router's table is tried,
+//! with its app and with another — and dies at its end and on revocation.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::Utc;
+use hookline_core::model::DeliveryStatus;
+use hookline_ingest::router::{routes, Access};
+use hookline_ingest::views::{ApiKeyList, EndpointOut, PortalSessionOut};
+use hookline_pipeline::ingest::IngestResponse;
+use hookline_tests::receiver::Receiver;
+use hookline_tests::stack::Stack;
+use hookline_tests::{error_code, first_delivery, view};
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(60);
+
+/// The ids one app's objects have, to fill a route's path with.
+struct Ids {
+    app: &'static str,
+    endpoint: String,
+    event: String,
+    delivery: String,
+}
+
+impl Ids {
+    fn path(&self, template: &str) -> String {
+        template
+            .replace("{app_id}", self.app)
+            .replace("{endpoint_id}", &self.endpoint)
+            .replace("{event_id}", &self.event)
+            .replace("{delivery_id}", &self.delivery)
+            .replace("{replay_id}", "rpl_00000000000000000000000000")
+            .replace("{key_id}", "key_00000000000000000000000000")
+            .replace("{session_id}", "key_00000000000000000000000000")
+            .replace("{name}", "order.paid")
+    }
+}
+
+/// An endpoint, an event and its delivery (delivered) in `app`.
+async fn objects(stack: &Stack, app: &'static str, receiver: &Receiver) -> Ids {
+    let (status, _, ep) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/{app}/endpoints"),
+            Some(json!({"url": receiver.url})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201, "{ep}");
+    let (status, _, accepted) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/{app}/events"),
+            Some(json!({"event_type": "order.paid", "payload": {"n": 1}})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 202, "{accepted}");
+    let delivery = first_delivery(&accepted);
+    assert!(
+        stack
+            .pump_until_all(
+                std::slice::from_ref(&delivery),
+                DeliveryStatus::Delivered,
+                T
+            )
+            .await
+    );
+    Ids {
+        app,
+        endpoint: view::<EndpointOut>(&ep).id,
+        event: view::<IngestResponse>(&accepted).event_id.to_string(),
+        delivery,
+    }
+}
+
+/// A body a route would take (its own checks may still refuse it: only
+/// the router's answer matters here).
+fn body_for(method: &str, path: &str, receiver: &Receiver) -> Option<Value> {
+    match method {
+        "GET" | "DELETE" => None,
+        _ if path.ends_with("/endpoints") => Some(json!({"url": receiver.url})),
+        _ if path.ends_with("/recover") || path.ends_with("/replay") => {
+            Some(json!({"since": "2020-01-01T00:00:00Z"}))
+        }
+        _ if path.ends_with("/events") => Some(json!({"event_type": "order.paid", "payload": {}})),
+        _ if path.ends_with("/batch") => {
+            Some(json!({"events": [{"event_type": "order.paid", "payload": {}}]}))
+        }
+        _ if path.contains("/event-types/") => Some(json!({"description": "paid"})),
+        "PATCH" => Some(json!({"description": "from the portal"})),
+        _ => Some(json!({})),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_or_revocation() {
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    let acme = objects(&stack, "acme", &receiver).await;
+    let globex = objects(&stack, "globex", &receiver).await;
+    let (_, acme_key) = stack.new_key("acme").await;
+    let (_, globex_key) = stack.new_key("globex").await;
+
+    // Who may open one, and for how long.
+    for bad in [
+        json!({"expires_in_seconds": 59}),
+        json!({"expires_in_seconds": 86_401}),
+        json!({"expires_in_seconds": "600"}),
+        json!({"ttl": 600}),
+    ] {
+        let (status, err) = stack
+            .call_as(
+                &acme_key,
+                "POST",
+                "/v1/apps/acme/portal-sessions",
+                Some(bad.clone()),
+            )
+            .await;
+        assert_eq!(status, 400, "{bad}: {err}");
+    }
+    let (status, _) = stack
+        .call_as(&globex_key, "POST", "/v1/apps/acme/portal-sessions", None)
+        .await;
+    assert_eq!(status, 403, "another app's key");
+    let (status, _, _) = stack
+        .call("POST", "/v1/apps/_operational/portal-sessions", None, &[])
+        .await;
+    assert_eq!(status, 400, "the operational app has no portal");
+    let before = Utc::now();
+    let (status, body) = stack
+        .call_as(
+            &acme_key,
+            "POST",
+            "/v1/apps/acme/portal-sessions",
+            Some(json!({"expires_in_seconds": 600})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let session: PortalSessionOut = view(&body);
+    assert_eq!(session.app_id, "acme");
+    assert!(
+        session
+            .url
+            .ends_with(&format!("/portal#token={}", session.token)),
+        "{}",
+        session.url
+    );
+    let ends_in = (session.expires_at - before).num_seconds();
+    assert!((599..=601).contains(&ends_in), "{ends_in}");
+    let token = session.token.clone();
+    // Stored hashed, listed with its end, never with its token.
+    let (_, _, keys) = stack.call("GET", "/v1/apps/acme/api-keys", None, &[]).await;
+    assert!(!keys.to_string().contains(token.split_once('.').unwrap().1));
+    let listed: ApiKeyList = view(&keys);
+    assert!(listed
+        .items
+        .iter()
+        .any(|k| k.id == session.id && k.portal_until == Some(session.expires_at)));
+
+    // The route table drives the rest: every route, its own app and another.
+    let mut open = 0;
+    for route in routes() {
+        let method = route.method.as_str();
+        let path = acme.path(&route.path);
+        let body = body_for(method, &path, &receiver);
+        let (status, answer) = stack.call_as(&token, method, &path, body.clone()).await;
+        match route.access {
+            Access::Public | Access::Portal => {
+                open += 1;
+                assert!(
+                    ![401, 403].contains(&status),
+                    "{method} {path} is open to the app's portal: {status} {answer}"
+                );
+            }
+            Access::AppKey | Access::Admin => assert_eq!(
+                (status, error_code(&answer).as_deref()),
+                (403, Some("forbidden")),
+                "{method} {path} is not for a portal session: {answer}"
+            ),
+        }
+        if route.path.contains("{app_id}") {
+            let other = globex.path(&route.path);
+            let (status, answer) = stack.call_as(&token, method, &other, body).await;
+            assert_eq!(
+                (status, error_code(&answer).as_deref()),
+                (403, Some("forbidden")),
+                "{method} {other} belongs to another app: {answer}"
+            );
+        }
+    }
+    assert_eq!(open, 19, "4 public routes and 15 portal routes");
+    // What it did to its own app stays there; globex is untouched.
+    let (status, globex_ep) = stack
+        .call_as(
+            &globex_key,
+            "GET",
+            &format!("/v1/apps/globex/endpoints/{}", globex.endpoint),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_ne!(globex_ep["description"], "from the portal");
+
+    // A session at its end is refused (the record's end moved to the past:
+    // what the clock would do in ten minutes).
+    let (status, body) = stack
+        .call_as(&acme_key, "POST", "/v1/apps/acme/portal-sessions", None)
+        .await;
+    assert_eq!(status, 201);
+    let short: PortalSessionOut = view(&body);
+    let (status, _) = stack
+        .call_as(&short.token, "GET", "/v1/apps/acme/endpoints", None)
+        .await;
+    assert_eq!(status, 200);
+    stack
+        .set_attribute(
+            &format!("KEY#{}", short.id),
+            "KEY",
+            "portal_until",
+            AttributeValue::S((Utc::now() - chrono::Duration::seconds(1)).to_rfc3339()),
+        )
+        .await;
+    let (status, err) = stack
+        .call_as(&short.token, "GET", "/v1/apps/acme/endpoints", None)
+        .await;
+    assert_eq!(
+        (status, error_code(&err).as_deref()),
+        (401, Some("unauthorized"))
+    );
+    assert!(err.to_string().contains("expired"), "{err}");
+
+    // Revoked by the app's key: refused at once; an API key cannot be
+    // revoked through this route.
+    let (key_id, other_key) = stack.new_key("acme").await;
+    let (status, _) = stack
+        .call_as(
+            &acme_key,
+            "DELETE",
+            &format!("/v1/apps/acme/portal-sessions/{key_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "an API key is not a portal session");
+    let (status, _) = stack
+        .call_as(&other_key, "GET", "/v1/apps/acme/endpoints", None)
+        .await;
+    assert_eq!(status, 200, "still works");
+    let (status, _) = stack
+        .call_as(
+            &globex_key,
+            "DELETE",
+            &format!("/v1/apps/acme/portal-sessions/{}", session.id),
+            None,
+        )
+        .await;
+    assert_eq!(status, 403, "another app's key");
+    let (status, _) = stack
+        .call_as(
+            &acme_key,
+            "DELETE",
+            &format!("/v1/apps/acme/portal-sessions/{}", session.id),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, err) = stack
+        .call_as(&token, "GET", "/v1/apps/acme/endpoints", None)
+        .await;
+    assert_eq!(
+        (status, error_code(&err).as_deref()),
+        (401, Some("unauthorized"))
+    );
+    let (status, _) = stack
+        .call_as(
+            &acme_key,
+            "DELETE",
+            &format!("/v1/apps/acme/portal-sessions/{}", session.id),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "already revoked");
+}
