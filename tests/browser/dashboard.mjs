@@ -2,7 +2,9 @@
 // playwright-core) against the whole local stack (`hookline-local up` on moto):
 // it loads the page, connects with the admin key, filters to failed
 // deliveries, retries one with a click, and watches it become delivered;
-// then saves a screenshot of the real data.
+// endpoint health, the portal link, the catalog; then saves a screenshot of
+// the real data. The page runs under its strict policy (no inline style or
+// script): any violation is a console error, which fails the test.
 //
 //   node tests/browser/dashboard.mjs <hookline-local binary> <output dir>
 //
@@ -240,6 +242,28 @@ async function main() {
   await page.waitForFunction(() => /Replay: 0 replayed/.test(document.querySelector("#toast").textContent));
   check(flaky.state.hits === hitsBeforeReplay + 1, "a second replay sends nothing more");
 
+  // The customer portal link: a session for this app, shown once; its token
+  // manages the app's endpoints but may not send events; revoked by a click.
+  await page.selectOption("#portal-ttl", "14400");
+  await page.click("#portal-link");
+  await page.waitForSelector("#portal-out:not(.hidden)");
+  const link = await page.inputValue("#portal-url");
+  check(/\/portal#token=key_[0-9a-z]{26}\.[A-Za-z0-9_-]{43}$/.test(link), "portal link created by a click: " + link.replace(/\.[^.]*$/, ".…"));
+  check((await page.textContent("#portal-expiry")).startsWith("Works until"), "its end is shown: " + await page.textContent("#portal-expiry"));
+  const portalToken = link.split("#token=")[1];
+  const asCustomer = (method, p, body) => fetch(base + p, {
+    method,
+    headers: { authorization: "Bearer " + portalToken, "content-type": "application/json" },
+    body: body ? JSON.stringify(body) : undefined,
+  }).then((r) => r.status);
+  check(await asCustomer("GET", `/v1/apps/${APP}/endpoints`) === 200, "the link's token lists the app's endpoints");
+  check(await asCustomer("POST", `/v1/apps/${APP}/events`, { event_type: "order.paid", payload: {} }) === 403,
+    "but may not send events (403)");
+  check(await asCustomer("GET", "/v1/apps/other/endpoints") === 403, "nor reach another app (403)");
+  await page.click("#portal-revoke");
+  await page.waitForFunction(() => document.querySelector("#portal-expiry").textContent.startsWith("Revoked"));
+  check(await asCustomer("GET", `/v1/apps/${APP}/endpoints`) === 401, "revoked by a click: the token is refused (401)");
+
   // The event-type catalog: a bad schema is refused with its reason shown
   // next to the form; a good one is listed, and its schema holds at ingest.
   await page.waitForSelector("#catalog-form:not(.hidden)");
@@ -285,7 +309,7 @@ async function main() {
   check((await call("GET", "/v1/event-types/order.shipped")).status === 404, "deleted by a click (the API agrees: 404)");
   check(consoleErrors.length === 0, "no console errors" + (consoleErrors.length ? ": " + consoleErrors.join("; ") : ""));
   writeFileSync(path.join(outDir, "dashboard.txt"),
-    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, rate limit shown, resend by click, replay missed by click (1 replayed, then 0), event-type catalog (bad schema and example refused in the form, saved, held at ingest, edited, deleted); screenshot ${shot}\n`);
+    `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, rate limit shown, resend by click, replay missed by click (1 replayed, then 0), portal link created (token: own endpoints 200, events 403, other app 403) and revoked by click (401), event-type catalog (bad schema and example refused in the form, saved, held at ingest, edited, deleted); screenshot ${shot}\n`);
 }
 
 let failed = false;

@@ -162,8 +162,8 @@ async function renderDetail() {
       a.response_body ? el("pre", { text: a.response_body }) : null);
   }));
   panel.replaceChildren(...[
-    el("div", { class: "row", style: "justify-content: space-between; align-items: center; margin-bottom: 10px;" },
-      el("h3", { style: "margin: 0", text: d.event_type }), badge(d.status)),
+    el("div", { class: "row head-row" },
+      el("h3", { class: "flush", text: d.event_type }), badge(d.status)),
     el("dl", { class: "kv" },
       el("dt", {}, "Delivery"), el("dd", { class: "mono", text: d.id }),
       el("dt", {}, "Message id"), el("dd", { class: "mono", text: d.message_id }),
@@ -398,6 +398,25 @@ async function refresh() {
   } finally { refreshing = false; }
 }
 
+// A portal session for this app's customers: the link is shown once.
+async function createPortalLink() {
+  const seconds = Number($("portal-ttl").value);
+  const s = await api("POST", appPath() + "/portal-sessions", { expires_in_seconds: seconds });
+  state.portalSession = s.id;
+  $("portal-url").value = s.url;
+  $("portal-out").classList.remove("hidden");
+  $("portal-expiry").textContent = "Works until " + new Date(s.expires_at).toLocaleString() + " (session " + s.id + ").";
+}
+
+async function revokePortalLink() {
+  if (!state.portalSession) return;
+  await api("DELETE", appPath() + "/portal-sessions/" + encodeURIComponent(state.portalSession));
+  $("portal-expiry").textContent = "Revoked: the link no longer works.";
+  $("portal-url").value = "";
+  $("portal-out").classList.add("hidden");
+  state.portalSession = null;
+}
+
 async function connect() {
   try {
     await loadEndpoints();
@@ -444,5 +463,11 @@ $("redrive").addEventListener("click", redrive);
 $("catalog-form").addEventListener("submit", (e) => { e.preventDefault(); saveEventType(); });
 $("ct-clear").addEventListener("click", () => fillCatalogForm(null));
 $("logout").addEventListener("click", () => signOut());
+$("portal-link").addEventListener("click", () => createPortalLink().catch((e) => toast("Portal link: " + e.message, true)));
+$("portal-revoke").addEventListener("click", () => revokePortalLink().catch((e) => toast("Revoke: " + e.message, true)));
+$("portal-copy").addEventListener("click", () => {
+  $("portal-url").select();
+  navigator.clipboard.writeText($("portal-url").value).then(() => toast("Link copied"), () => toast("Select the link and copy it", true));
+});
 $("login-app").value = state.app;
 if (state.key && state.app) connect();
