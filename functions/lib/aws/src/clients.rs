@@ -114,19 +114,17 @@ pub fn http_client(
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let custom_https = endpoint_url.is_some_and(|url| url.starts_with("https://"));
-    let roots = if custom_https {
-        rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        }
+    let tls = if custom_https {
+        hookline_pipeline::sender::tls_config()
     } else {
         let mut roots = rustls::RootCertStore::empty();
         let certs = CertificateDer::pem_slice_iter(AMAZON_TRUST_SERVICES_PEM.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .expect("the compiled-in Amazon Trust Services roots are valid PEM (tested)");
         roots.add_parsable_certificates(certs);
-        roots
+        hookline_pipeline::sender::tls_config_trusting(roots)
     };
-    crate::transport::ReqwestHttpClient::new(roots)
+    crate::transport::ReqwestHttpClient::new(tls)
         .expect("a reqwest client on a preconfigured rustls config, without proxies, builds")
         .shared()
 }

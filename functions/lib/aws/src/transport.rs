@@ -9,7 +9,6 @@
 //! timeout is a timeout, a failed connection or a broken exchange is an I/O
 //! error (retried), a request we could not build is a user error (not).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use aws_smithy_runtime_api::client::http::{
@@ -32,17 +31,9 @@ pub struct ReqwestHttpClient {
 }
 
 impl ReqwestHttpClient {
-    /// A client trusting `roots` only (no system store, nothing loaded
+    /// A client on `tls` (its roots only: no system store, nothing loaded
     /// from the disk), HTTP/1.1, no proxy from the environment.
-    pub fn new(roots: rustls::RootCertStore) -> Result<Self, reqwest::Error> {
-        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("aws-lc-rs supports TLS 1.2 and 1.3")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    pub fn new(tls: rustls::ClientConfig) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .redirect(reqwest::redirect::Policy::none())

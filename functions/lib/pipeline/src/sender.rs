@@ -214,9 +214,14 @@ impl HttpSender {
 /// already parsed), TLS 1.2 and 1.3, HTTP/1.1. Loading and parsing the
 /// system's root store instead cost ~4 ms of every cold start.
 pub fn tls_config() -> rustls::ClientConfig {
-    let roots = rustls::RootCertStore {
+    tls_config_trusting(rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
+    })
+}
+
+/// TLS 1.2 and 1.3 on aws-lc-rs, HTTP/1.1, trusting `roots` only (the AWS
+/// clients pass the Amazon Trust Services roots).
+pub fn tls_config_trusting(roots: rustls::RootCertStore) -> rustls::ClientConfig {
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::aws_lc_rs::default_provider(),
     ))
