@@ -12,7 +12,7 @@ use hookline_ingest::views::{ApiKeyList, EndpointOut, PortalSessionOut};
 use hookline_pipeline::ingest::IngestResponse;
 use hookline_tests::receiver::Receiver;
 use hookline_tests::stack::Stack;
-use hookline_tests::{error_code, first_delivery, view};
+use hookline_tests::{error_code, first_delivery, secret_of, view};
 use serde_json::{json, Value};
 
 const T: Duration = Duration::from_secs(60);
@@ -91,6 +91,9 @@ fn body_for(method: &str, path: &str, receiver: &Receiver) -> Option<Value> {
             Some(json!({"events": [{"event_type": "order.paid", "payload": {}}]}))
         }
         _ if path.contains("/event-types/") => Some(json!({"description": "paid"})),
+        _ if path.ends_with("/test") => {
+            Some(json!({"event_type": "order.paid", "payload": {"n": 2}}))
+        }
         "PATCH" => Some(json!({"description": "from the portal"})),
         _ => Some(json!({})),
     }
@@ -192,7 +195,7 @@ async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_o
             );
         }
     }
-    assert_eq!(open, 19, "4 public routes and 15 portal routes");
+    assert_eq!(open, 20, "4 public routes and 16 portal routes");
     // What it did to its own app stays there; globex is untouched.
     let (status, globex_ep) = stack
         .call_as(
@@ -283,4 +286,155 @@ async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_o
         )
         .await;
     assert_eq!(status, 404, "already revoked");
+}
+
+/// A customer's test event (through a portal session): a real, signed
+/// delivery to that one endpoint — the catalog example when no payload is
+/// given, checked against the type's schema — that the app's other
+/// endpoints never get, not even by a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_event_reaches_one_endpoint_only_and_is_never_replayed() {
+    let stack = Stack::start(&[]).await;
+    let (a, b) = (Receiver::healthy().await, Receiver::healthy().await);
+    let since = Utc::now() - chrono::Duration::seconds(1);
+    let mut ids = Vec::new();
+    for (receiver, types) in [(&a, json!([])), (&b, json!([])), (&b, json!(["user.*"]))] {
+        let (status, _, ep) = stack
+            .call(
+                "POST",
+                "/v1/apps/acme/endpoints",
+                Some(json!({"url": receiver.url, "event_types": types})),
+                &[],
+            )
+            .await;
+        assert_eq!(status, 201, "{ep}");
+        receiver.set_secret(&secret_of(&ep));
+        ids.push(view::<EndpointOut>(&ep).id);
+    }
+    let (status, _, _) = stack
+        .call(
+            "PUT",
+            "/v1/event-types/order.paid",
+            Some(json!({
+                "description": "an order was paid",
+                "schema": {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}},
+                "example": {"n": 7}
+            })),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, _, _) = stack
+        .call("PUT", "/v1/event-types/user.created", Some(json!({})), &[])
+        .await;
+    assert_eq!(status, 201);
+    let (_, _, session) = stack
+        .call("POST", "/v1/apps/acme/portal-sessions", None, &[])
+        .await;
+    let token = view::<PortalSessionOut>(&session).token;
+    let test = |endpoint: &str, body: Value| {
+        let path = format!("/v1/apps/acme/endpoints/{endpoint}/test");
+        let token = token.clone();
+        let stack = &stack;
+        async move { stack.call_as(&token, "POST", &path, Some(body)).await }
+    };
+
+    // The example, to endpoint a only.
+    let (status, accepted) = test(&ids[0], json!({"event_type": "order.paid"})).await;
+    assert_eq!(status, 202, "{accepted}");
+    let response: IngestResponse = view(&accepted);
+    assert_eq!(response.delivery_ids.len(), 1);
+    let delivery = response.delivery_ids[0].to_string();
+    assert!(
+        stack
+            .pump_until_all(
+                std::slice::from_ref(&delivery),
+                DeliveryStatus::Delivered,
+                T
+            )
+            .await
+    );
+    let got = a.received();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].standard_ok, "signed like any webhook");
+    let text = String::from_utf8(got[0].body.clone()).unwrap();
+    assert!(text.ends_with(r#","data":{"n":7}}"#), "{text}");
+    // Its own payload, held to the schema.
+    let (status, err) = test(
+        &ids[0],
+        json!({"event_type": "order.paid", "payload": {"n": "x"}}),
+    )
+    .await;
+    assert_eq!(
+        (status, error_code(&err).as_deref()),
+        (400, Some("payload_schema_mismatch")),
+        "{err}"
+    );
+    // Refusals say why and write nothing.
+    for (endpoint, body, code) in [
+        (
+            &ids[2],
+            json!({"event_type": "order.paid"}),
+            "not_subscribed",
+        ),
+        (
+            &ids[0],
+            json!({"event_type": "user.created"}),
+            "payload_required",
+        ),
+        (
+            &ids[0],
+            json!({"event_type": "no such type!"}),
+            "invalid_input",
+        ),
+        (&ids[0], json!({"payload": {}}), "invalid_body"),
+    ] {
+        let (status, err) = test(endpoint, body.clone()).await;
+        assert_eq!(
+            (status, error_code(&err).as_deref()),
+            (400, Some(code)),
+            "{body}: {err}"
+        );
+    }
+    let (status, _) = stack
+        .call_as(
+            &token,
+            "PATCH",
+            &format!("/v1/apps/acme/endpoints/{}", ids[1]),
+            Some(json!({"disabled": true})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, err) = test(&ids[1], json!({"event_type": "order.paid"})).await;
+    assert_eq!(status, 409, "{err}");
+    let (status, _) = stack
+        .call_as(
+            &token,
+            "PATCH",
+            &format!("/v1/apps/acme/endpoints/{}", ids[1]),
+            Some(json!({"disabled": false})),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // b never had it, and a replay of the window does not give it to b.
+    let (status, replay) = stack
+        .call_as(
+            &token,
+            "POST",
+            &format!("/v1/apps/acme/endpoints/{}/replay", ids[1]),
+            Some(json!({"since": since.to_rfc3339()})),
+        )
+        .await;
+    assert_eq!(status, 202, "{replay}");
+    assert_eq!(
+        (&replay["complete"], &replay["replayed"]),
+        (&json!(true), &json!(0)),
+        "{replay}"
+    );
+    stack.pump().await;
+    assert!(
+        b.received().is_empty(),
+        "the test event is endpoint a's alone"
+    );
 }

@@ -129,6 +129,7 @@ routes! {
     Portal endpoints::update_endpoint,
     Portal endpoints::delete_endpoint,
     Portal endpoints::rotate_secret,
+    Portal endpoints::send_test_event,
     Portal endpoints::recover,
     Portal endpoints::endpoint_stats,
     Portal endpoints::replay,
@@ -335,7 +336,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 31);
+        assert_eq!(routes.len(), 32);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

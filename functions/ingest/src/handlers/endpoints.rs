@@ -345,6 +345,31 @@ pub async fn rotate_secret<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answ
     Ok(json(StatusCode::OK, &EndpointOut::new(&endpoint, true)))
 }
 
+/// Sends a test event of a type to this endpoint only: a real event of the
+/// app, validated against its type's schema, signed and delivered with an
+/// attempt log like any other, but listing this endpoint alone and never
+/// replayed to others. Without `payload`, the type's catalog example.
+#[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/test",
+    tag = "endpoints", params(EndpointPath), request_body = hookline_pipeline::ingest::TestEventRequest,
+    responses((status = 202, body = hookline_pipeline::ingest::IngestResponse),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn send_test_event<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: EndpointPath = call.path()?;
+    let endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
+    let accepted = hookline_pipeline::ingest::send_test_event(
+        &api.store,
+        &api.settings,
+        &api.catalog,
+        &endpoint,
+        call.body(),
+        call.now,
+        call.rng,
+    )
+    .await?;
+    Ok(json(StatusCode::ACCEPTED, &accepted))
+}
+
 /// Bulk recover: every failed delivery of the endpoint created in
 /// `[since, until)` starts again with a fresh attempt budget.
 #[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/recover",

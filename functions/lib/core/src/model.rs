@@ -78,6 +78,10 @@ pub struct Event {
     /// The exact bytes every receiver gets, on every attempt (see [`Event::new`]).
     pub body: String,
     pub created_at: DateTime<Utc>,
+    /// A test event sent to one endpoint by hand (`POST .../endpoints/{id}/test`):
+    /// delivered like any event, but never replayed to other endpoints.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub test: bool,
 }
 
 impl Event {
@@ -98,6 +102,7 @@ impl Event {
             event_type,
             body,
             created_at,
+            test: false,
         }
     }
 }

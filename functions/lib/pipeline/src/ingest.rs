@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
-use hookline_core::model::{Delivery, EndpointRoute, Event, EventType};
+use hookline_core::model::{Delivery, Endpoint, EndpointRoute, Event, EventType};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -269,6 +269,101 @@ async fn commit<S: Store>(
         "the event transaction kept conflicting with concurrent requests; retry",
         true,
     ))
+}
+
+/// The body of `POST /v1/apps/{app_id}/endpoints/{endpoint_id}/test`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestEventRequest {
+    /// The type to send (the endpoint must subscribe to it).
+    pub event_type: String,
+    /// Any JSON, kept byte for byte; absent: the type's example from the
+    /// event-type catalog.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    #[serde(default)]
+    pub payload: Option<Box<RawValue>>,
+}
+
+/// Sends a test event to one endpoint only: a real event of `app`
+/// (validated, checked against its type's schema, signed and delivered
+/// like any other, with a delivery log), listing `endpoint` alone, marked
+/// `test` so a replay never hands it to the app's other endpoints. Without
+/// a payload, the type's catalog example is sent.
+#[allow(clippy::too_many_arguments)]
+pub async fn send_test_event<S: Store, C: PayloadCheck>(
+    store: &S,
+    settings: &Settings,
+    check: &C,
+    endpoint: &Endpoint,
+    body: &[u8],
+    now: DateTime<Utc>,
+    rng: &mut (dyn RngCore + Send),
+) -> Result<IngestResponse, PipelineError> {
+    let request: TestEventRequest = parse_body(
+        settings,
+        body,
+        1,
+        r#"{"event_type": string, "payload"?: any JSON}"#,
+    )?;
+    let event_type = EventType::parse(&request.event_type)?;
+    let payload = match request.payload {
+        Some(payload) => payload,
+        None => {
+            let example = store
+                .get_event_type(&event_type)
+                .await?
+                .and_then(|def| def.example)
+                .ok_or_else(|| {
+                    PipelineError::invalid(
+                        "payload_required",
+                        format!("no payload given and {event_type} has no example in the catalog"),
+                    )
+                })?;
+            serde_json::value::to_raw_value(&example)
+                .map_err(|e| PipelineError::Corrupt(format!("catalog example: {e}")))?
+        }
+    };
+    let route = EndpointRoute::from(endpoint);
+    if endpoint.disabled {
+        return Err(PipelineError::Conflict(
+            "the endpoint is disabled: enable it to send it a test event".into(),
+        ));
+    }
+    if !route.receives(&event_type) {
+        return Err(PipelineError::invalid(
+            "not_subscribed",
+            format!("the endpoint does not subscribe to {event_type}"),
+        ));
+    }
+    let valid = validate_event(
+        settings,
+        EventRequest {
+            event_type: event_type.to_string(),
+            payload,
+        },
+        None,
+    )?;
+    check.check(store, &endpoint.app_id, &valid).await?;
+    let (mut new, response) = plan_event(
+        endpoint.app_id.clone(),
+        valid.event_type,
+        &valid.payload,
+        std::slice::from_ref(&route),
+        now,
+        rng,
+    );
+    new.event.test = true;
+    match store.commit_event(&new).await? {
+        CommitOutcome::Committed => {
+            tracing::info!(event_id = %new.event.id, app_id = %endpoint.app_id, endpoint_id = %endpoint.id, event_type = %new.event.event_type, "test event accepted");
+            Ok(response)
+        }
+        // No key, so no key conflict; a contended commit is retried by the caller.
+        CommitOutcome::IdempotencyKeyTaken(_) | CommitOutcome::Contended => Err(
+            PipelineError::store("the test event's commit was contended; retry", true),
+        ),
+    }
 }
 
 /// Most events in one batch request.

@@ -120,9 +120,11 @@ impl Replay {
 /// Whether `endpoint` should get a replayed delivery of `stored`, judged
 /// from the event alone (the put-if-absent decides the rest): it subscribes
 /// to the type now, and the event did not list it or will not materialise
-/// one for it.
+/// one for it. A test event (sent to one endpoint by hand) is no one
+/// else's.
 pub fn wants(endpoint: &EndpointRoute, stored: &StoredEvent) -> bool {
-    endpoint.receives(&stored.event.event_type)
+    !stored.event.test
+        && endpoint.receives(&stored.event.event_type)
         && !stored.targets.contains(&endpoint.id)
         && !stored.fanout_remaining.contains(&endpoint.id)
 }
