@@ -333,6 +333,29 @@ mod tests {
     /// Only the events the endpoint never had get a delivery: not one it
     /// was listed in, not another type, another app, or outside the window,
     /// nor one it already has an item for (a large fan-out's); a second
+    #[test]
+    fn a_test_event_is_wanted_by_no_other_endpoint() {
+        let ep = endpoint(&[]);
+        let route = EndpointRoute::from(&ep);
+        let other = EndpointId::generate();
+        let mut event = Event::new(
+            EventId::generate(),
+            app(),
+            EventType::parse("order.paid").unwrap(),
+            &RawValue::from_string("{}".into()).unwrap(),
+            at(0),
+        );
+        let stored = |event: &Event| StoredEvent {
+            event: event.clone(),
+            targets: vec![other.clone()],
+            fanout_remaining: vec![],
+            fanout_version: 0,
+        };
+        assert!(wants(&route, &stored(&event)));
+        event.test = true;
+        assert!(!wants(&route, &stored(&event)));
+    }
+
     /// replay replays 0.
     #[tokio::test]
     async fn replays_exactly_the_missing_events_once() {
