@@ -208,6 +208,26 @@ async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_o
     assert_eq!(status, 200);
     assert_ne!(globex_ep["description"], "from the portal");
 
+    // Each check below: a key's call and what it must answer.
+    let list = |key: &str| {
+        let key = key.to_owned();
+        let stack = &stack;
+        async move {
+            let (status, body) = stack
+                .call_as(&key, "GET", "/v1/apps/acme/endpoints", None)
+                .await;
+            (status, error_code(&body), body)
+        }
+    };
+    let revoke = |key: &str, id: &str| {
+        let (key, path) = (
+            key.to_owned(),
+            format!("/v1/apps/acme/portal-sessions/{id}"),
+        );
+        let stack = &stack;
+        async move { stack.call_as(&key, "DELETE", &path, None).await.0 }
+    };
+
     // A session at its end is refused (the record's end moved to the past:
     // what the clock would do in ten minutes).
     let (status, body) = stack
@@ -215,10 +235,7 @@ async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_o
         .await;
     assert_eq!(status, 201);
     let short: PortalSessionOut = view(&body);
-    let (status, _) = stack
-        .call_as(&short.token, "GET", "/v1/apps/acme/endpoints", None)
-        .await;
-    assert_eq!(status, 200);
+    assert_eq!(list(&short.token).await.0, 200);
     stack
         .set_attribute(
             &format!("KEY#{}", short.id),
@@ -227,65 +244,28 @@ async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_o
             AttributeValue::S((Utc::now() - chrono::Duration::seconds(1)).to_rfc3339()),
         )
         .await;
-    let (status, err) = stack
-        .call_as(&short.token, "GET", "/v1/apps/acme/endpoints", None)
-        .await;
-    assert_eq!(
-        (status, error_code(&err).as_deref()),
-        (401, Some("unauthorized"))
-    );
+    let (status, code, err) = list(&short.token).await;
+    assert_eq!((status, code.as_deref()), (401, Some("unauthorized")));
     assert!(err.to_string().contains("expired"), "{err}");
 
     // Revoked by the app's key: refused at once; an API key cannot be
     // revoked through this route.
     let (key_id, other_key) = stack.new_key("acme").await;
-    let (status, _) = stack
-        .call_as(
-            &acme_key,
-            "DELETE",
-            &format!("/v1/apps/acme/portal-sessions/{key_id}"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 404, "an API key is not a portal session");
-    let (status, _) = stack
-        .call_as(&other_key, "GET", "/v1/apps/acme/endpoints", None)
-        .await;
-    assert_eq!(status, 200, "still works");
-    let (status, _) = stack
-        .call_as(
-            &globex_key,
-            "DELETE",
-            &format!("/v1/apps/acme/portal-sessions/{}", session.id),
-            None,
-        )
-        .await;
-    assert_eq!(status, 403, "another app's key");
-    let (status, _) = stack
-        .call_as(
-            &acme_key,
-            "DELETE",
-            &format!("/v1/apps/acme/portal-sessions/{}", session.id),
-            None,
-        )
-        .await;
-    assert_eq!(status, 204);
-    let (status, err) = stack
-        .call_as(&token, "GET", "/v1/apps/acme/endpoints", None)
-        .await;
     assert_eq!(
-        (status, error_code(&err).as_deref()),
-        (401, Some("unauthorized"))
+        revoke(&acme_key, &key_id).await,
+        404,
+        "an API key is not a portal session"
     );
-    let (status, _) = stack
-        .call_as(
-            &acme_key,
-            "DELETE",
-            &format!("/v1/apps/acme/portal-sessions/{}", session.id),
-            None,
-        )
-        .await;
-    assert_eq!(status, 404, "already revoked");
+    assert_eq!(list(&other_key).await.0, 200, "still works");
+    assert_eq!(
+        revoke(&globex_key, &session.id).await,
+        403,
+        "another app's key"
+    );
+    assert_eq!(revoke(&acme_key, &session.id).await, 204);
+    let (status, code, _) = list(&token).await;
+    assert_eq!((status, code.as_deref()), (401, Some("unauthorized")));
+    assert_eq!(revoke(&acme_key, &session.id).await, 404, "already revoked");
 }
 
 /// A customer's test event (through a portal session): a real, signed
