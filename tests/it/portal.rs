@@ -376,26 +376,18 @@ async fn a_test_event_reaches_one_endpoint_only_and_is_never_replayed() {
             "{body}: {err}"
         );
     }
-    let (status, _) = stack
-        .call_as(
-            &token,
-            "PATCH",
-            &format!("/v1/apps/acme/endpoints/{}", ids[1]),
-            Some(json!({"disabled": true})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    let disable = |disabled: bool| {
+        let (path, token) = (format!("/v1/apps/acme/endpoints/{}", ids[1]), token.clone());
+        let stack = &stack;
+        async move {
+            let body = Some(json!({ "disabled": disabled }));
+            stack.call_as(&token, "PATCH", &path, body).await.0
+        }
+    };
+    assert_eq!(disable(true).await, 200);
     let (status, err) = test(&ids[1], json!({"event_type": "order.paid"})).await;
     assert_eq!(status, 409, "{err}");
-    let (status, _) = stack
-        .call_as(
-            &token,
-            "PATCH",
-            &format!("/v1/apps/acme/endpoints/{}", ids[1]),
-            Some(json!({"disabled": false})),
-        )
-        .await;
-    assert_eq!(status, 200);
+    assert_eq!(disable(false).await, 200);
 
     // b never had it, and a replay of the window does not give it to b.
     let (status, replay) = stack
