@@ -307,6 +307,19 @@ pub async fn send_test_event<S: Store, C: PayloadCheck>(
         r#"{"event_type": string, "payload"?: any JSON}"#,
     )?;
     let event_type = EventType::parse(&request.event_type)?;
+    // What the endpoint takes first: no catalog read for a refusal.
+    let route = EndpointRoute::from(endpoint);
+    if endpoint.disabled {
+        return Err(PipelineError::Conflict(
+            "the endpoint is disabled: enable it to send it a test event".into(),
+        ));
+    }
+    if !route.receives(&event_type) {
+        return Err(PipelineError::invalid(
+            "not_subscribed",
+            format!("the endpoint does not subscribe to {event_type}"),
+        ));
+    }
     let payload = match request.payload {
         Some(payload) => payload,
         None => {
@@ -324,18 +337,6 @@ pub async fn send_test_event<S: Store, C: PayloadCheck>(
                 .map_err(|e| PipelineError::Corrupt(format!("catalog example: {e}")))?
         }
     };
-    let route = EndpointRoute::from(endpoint);
-    if endpoint.disabled {
-        return Err(PipelineError::Conflict(
-            "the endpoint is disabled: enable it to send it a test event".into(),
-        ));
-    }
-    if !route.receives(&event_type) {
-        return Err(PipelineError::invalid(
-            "not_subscribed",
-            format!("the endpoint does not subscribe to {event_type}"),
-        ));
-    }
     let valid = validate_event(
         settings,
         EventRequest {
