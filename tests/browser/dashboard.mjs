@@ -10,11 +10,9 @@
 //
 // Everything runs on loopback; the processes started here are killed by PID
 // (the stack stops its moto child itself on SIGTERM).
-import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import http from "node:http";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { bound, check, client, launchBrowser, receiver as listen, run, startStack as start, until } from "./lib.mjs";
 
 const [binary, outDir] = process.argv.slice(2);
 if (!binary || !outDir) {
@@ -24,69 +22,24 @@ if (!binary || !outDir) {
 mkdirSync(outDir, { recursive: true });
 const ADMIN_KEY = "browser-test-admin-key";
 const APP = "shop";
-const deadline = Date.now() + 240_000; // the whole test is bounded
-const cleanups = [];
-
-function check(cond, message) {
-  if (!cond) throw new Error("check failed: " + message);
-  console.log("ok   " + message);
-}
-
-async function until(what, fn, ms = 60_000) {
-  const end = Math.min(Date.now() + ms, deadline);
-  for (;;) {
-    const v = await fn().catch(() => null);
-    if (v) return v;
-    if (Date.now() > end) throw new Error("timed out waiting for " + what);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
+bound(240_000); // the whole test is bounded
 
 // A receiver on loopback: the "flaky" endpoint answers 503 until it is fixed.
-function receiver() {
+async function receiver() {
   const state = { healthy: false, hits: 0 };
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on("end", () => {
-      state.hits += 1;
-      if (state.healthy) { res.writeHead(200, { "content-type": "text/plain" }); res.end("thanks"); }
-      else { res.writeHead(503, { "content-type": "text/plain" }); res.end("down for maintenance"); }
-    });
+  const url = await listen(() => {
+    state.hits += 1;
+    return state.healthy ? { status: 200, body: "thanks" } : { status: 503, body: "down for maintenance" };
   });
-  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => {
-    cleanups.push(() => server.close());
-    resolve({ state, url: `http://127.0.0.1:${server.address().port}/hook` });
-  }));
+  return { state, url };
 }
 
 function startStack() {
-  const child = spawn(binary, ["up", "--port", "0", "--template", "template.yaml"], {
-    env: {
-      ...process.env,
-      WEBHOOKS_ADMIN_KEY: ADMIN_KEY,
-      WEBHOOKS_ALLOW_PRIVATE_ENDPOINTS: "true",
-      WEBHOOKS_RETRY_SCHEDULE: "1s",
-      WEBHOOKS_MAX_ATTEMPTS: "2",
-      WEBHOOKS_DELIVERY_TIMEOUT: "2s",
-      RUST_LOG: "warn",
-    },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  cleanups.push(() => new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve();
-    const kill = setTimeout(() => child.kill("SIGKILL"), 10_000);
-    child.once("exit", () => { clearTimeout(kill); resolve(); });
-    child.kill("SIGTERM");
-  }));
-  return new Promise((resolve, reject) => {
-    let out = "";
-    const timer = setTimeout(() => reject(new Error("stack did not start: " + out)), 90_000);
-    child.stdout.on("data", (chunk) => {
-      out += chunk;
-      const m = out.match(/API\s+(http:\/\/127\.0\.0\.1:\d+)/);
-      if (m) { clearTimeout(timer); resolve(m[1]); }
-    });
-    child.once("exit", (code) => reject(new Error(`stack exited (${code}): ${out}`)));
+  return start(binary, {
+    WEBHOOKS_ADMIN_KEY: ADMIN_KEY,
+    WEBHOOKS_RETRY_SCHEDULE: "1s",
+    WEBHOOKS_MAX_ATTEMPTS: "2",
+    WEBHOOKS_DELIVERY_TIMEOUT: "2s",
   });
 }
 
@@ -96,15 +49,7 @@ async function main() {
   healthy.state.healthy = true;
   const base = await startStack();
   console.log("stack at " + base);
-  const call = async (method, p, body) => {
-    const res = await fetch(base + p, {
-      method,
-      headers: { authorization: "Bearer " + ADMIN_KEY, "content-type": "application/json" },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    const text = await res.text();
-    return { status: res.status, body: text ? JSON.parse(text) : null };
-  };
+  const call = client(base, ADMIN_KEY);
   const flakyEp = await call("POST", `/v1/apps/${APP}/endpoints`, { url: flaky.url, description: "billing" });
   check(flakyEp.status === 201, "endpoint created on the local stack");
   await call("POST", `/v1/apps/${APP}/endpoints`, { url: healthy.url, event_types: ["order.*"] });
@@ -121,12 +66,7 @@ async function main() {
   console.log("ok   3 deliveries failed (2 attempts each), 2 delivered");
   flaky.state.healthy = true; // the receiver is fixed: a retry will succeed
 
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
-  cleanups.unshift(() => browser.close());
+  const browser = await launchBrowser();
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   const consoleErrors = [];
   // The wrong-key step's 401 is expected; any other console error is not.
@@ -248,9 +188,9 @@ async function main() {
   await page.click("#portal-link");
   await page.waitForSelector("#portal-out:not(.hidden)");
   const link = await page.inputValue("#portal-url");
-  check(/\/portal#token=key_[0-9a-z]{26}\.[A-Za-z0-9_-]{43}$/.test(link), "portal link created by a click: " + link.replace(/\.[^.]*$/, ".…"));
+  check(/\/portal#app=shop&token=key_[0-9a-z]{26}\.[A-Za-z0-9_-]{43}$/.test(link), "portal link created by a click: " + link.replace(/\.[^.]*$/, ".…"));
   check((await page.textContent("#portal-expiry")).startsWith("Works until"), "its end is shown: " + await page.textContent("#portal-expiry"));
-  const portalToken = link.split("#token=")[1];
+  const portalToken = new URLSearchParams(new URL(link).hash.slice(1)).get("token");
   const asCustomer = (method, p, body) => fetch(base + p, {
     method,
     headers: { authorization: "Bearer " + portalToken, "content-type": "application/json" },
@@ -312,14 +252,4 @@ async function main() {
     `browser test: 5 deliveries listed, 3 failed filtered, 1 retried by click -> delivered; endpoint health (success 25% / 100%, chart, latency), disable + enable by click, rate limit shown, resend by click, replay missed by click (1 replayed, then 0), portal link created (token: own endpoints 200, events 403, other app 403) and revoked by click (401), event-type catalog (bad schema and example refused in the form, saved, held at ingest, edited, deleted); screenshot ${shot}\n`);
 }
 
-let failed = false;
-try {
-  await main();
-} catch (e) {
-  failed = true;
-  console.error("FAIL " + (e && e.stack || e));
-} finally {
-  for (const c of cleanups) { try { await c(); } catch (_) { /* best effort */ } }
-}
-console.log(failed ? "browser: FAILED" : "browser: passed");
-process.exit(failed ? 1 : 0);
+await run("browser", main);

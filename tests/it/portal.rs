@@ -148,7 +148,7 @@ async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_o
     assert!(
         session
             .url
-            .ends_with(&format!("/portal#token={}", session.token)),
+            .ends_with(&format!("/portal#app=acme&token={}", session.token)),
         "{}",
         session.url
     );
@@ -195,7 +195,7 @@ async fn a_portal_session_reaches_its_app_and_nothing_else_and_dies_at_its_end_o
             );
         }
     }
-    assert_eq!(open, 20, "4 public routes and 16 portal routes");
+    assert_eq!(open, 22, "6 public routes and 16 portal routes");
     // What it did to its own app stays there; globex is untouched.
     let (status, globex_ep) = stack
         .call_as(

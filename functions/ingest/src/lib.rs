@@ -18,16 +18,17 @@
 //! - [`error`]: [`ApiError`], the only place pipeline errors become statuses.
 //! - [`auth`]: the admin key and app-scoped keys (stored hashed, compared in
 //!   constant time) and what each may touch.
-//! - [`dashboard`]: the embedded delivery dashboard (`GET /dashboard`).
+//! - [`pages`]: the embedded pages: the delivery dashboard (`GET /dashboard`)
+//!   and the consumer portal (`GET /portal`).
 //! - [`apigw`]: API Gateway event helpers for the local stack and tests.
 
 pub mod apigw;
 pub mod auth;
 pub mod call;
 pub mod catalog;
-pub mod dashboard;
 pub mod error;
 pub mod handlers;
+pub mod pages;
 pub mod respond;
 pub mod router;
 pub mod views;
@@ -308,34 +309,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn dashboard_is_served_without_a_key_and_locked_to_its_origin() {
+    async fn the_pages_are_served_without_a_key_and_locked_to_their_origin() {
         let api = api();
-        let request = apigw::http_request("GET", "/dashboard", &[], None).unwrap();
-        let response = answer(&api, request).await;
-        assert_eq!(response.status(), 200);
-        assert!(response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/html"));
-        let csp = response.headers()["content-security-policy"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        assert!(csp.contains("connect-src 'self'"), "{csp}");
-        // No inline script: the script is its own file from the same origin.
-        assert!(csp.contains("script-src 'self';"), "{csp}");
-        let Body::Text(page) = response.body() else {
-            panic!("the page is text")
-        };
-        assert!(page.contains(r#"<script src="/dashboard/app.js"></script>"#));
-        assert_eq!(page.matches("<script").count(), 1, "no inline script");
-        let request = apigw::http_request("GET", "/dashboard/app.js", &[], None).unwrap();
-        let response = answer(&api, request).await;
-        assert_eq!(response.status(), 200);
-        assert!(response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/javascript"));
-        assert!(response.headers().contains_key("content-security-policy"));
+        for page in ["/dashboard", "/portal"] {
+            let request = apigw::http_request("GET", page, &[], None).unwrap();
+            let response = answer(&api, request).await;
+            assert_eq!(response.status(), 200, "{page}");
+            assert!(response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"));
+            let csp = response.headers()["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            assert!(csp.contains("connect-src 'self'"), "{csp}");
+            // No inline script: the script is its own file from the same origin.
+            assert!(csp.contains("script-src 'self';"), "{csp}");
+            assert_eq!(
+                response.headers()["referrer-policy"].to_str().unwrap(),
+                "no-referrer"
+            );
+            let Body::Text(html) = response.body() else {
+                panic!("the page is text")
+            };
+            let script = format!("{page}/app.js");
+            assert!(html.contains(&format!(r#"<script src="{script}"></script>"#)));
+            assert_eq!(html.matches("<script").count(), 1, "no inline script");
+            let request = apigw::http_request("GET", &script, &[], None).unwrap();
+            let response = answer(&api, request).await;
+            assert_eq!(response.status(), 200);
+            assert!(response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript"));
+            assert_eq!(
+                response.headers()["content-security-policy"]
+                    .to_str()
+                    .unwrap(),
+                csp
+            );
+            let Body::Text(js) = response.body() else {
+                panic!("the script is text")
+            };
+            assert!(js.starts_with("// What the dashboard and the portal share"));
+        }
     }
 }

@@ -28,7 +28,7 @@ use crate::Api;
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// No key (liveness, this document, the dashboard page).
+    /// No key (liveness, this document, the dashboard and portal pages).
     Public,
     /// The admin key, or a key scoped to the path's `{app_id}` (any key
     /// when the path has none: reading the catalog).
@@ -104,7 +104,7 @@ macro_rules! routes {
             #[openapi(
                 info(
                     title = "hookline",
-                    description = "Serverless webhook delivery with guaranteed delivery: endpoints, events, deliveries and their attempt logs, manual and bulk recovery, the DLQ. Every route except /health, /openapi.json and /dashboard needs `Authorization: Bearer <api key>`: the admin key (every app) or an app-scoped key (one app)."
+                    description = "Serverless webhook delivery with guaranteed delivery: endpoints, events, deliveries and their attempt logs, manual and bulk recovery, the DLQ. Every route except /health, /openapi.json, /dashboard and /portal needs `Authorization: Bearer <api key>`: the admin key (every app), an app-scoped key (one app) or a portal session's token (one app's portal routes)."
                 ),
                 paths( $( $module::$handler ),* ),
                 modifiers(&Security),
@@ -120,6 +120,8 @@ routes! {
     Public meta::openapi,
     Public meta::dashboard,
     Public meta::dashboard_script,
+    Public meta::portal,
+    Public meta::portal_script,
     AppKey events::create_event,
     AppKey events::create_event_batch,
     AppKey events::get_event,
@@ -336,7 +338,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 32);
+        assert_eq!(routes.len(), 34);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

@@ -366,8 +366,8 @@ pub struct CreatePortalSession {
 
 /// A new portal session: `token` and `url` are in this answer only (the
 /// token is stored hashed). Hand `url` to the app's customer: it opens the
-/// consumer portal already signed in (the token rides in the `#fragment`,
-/// which browsers never send to a server).
+/// consumer portal already signed in (the app and the token ride in the
+/// `#app=…&token=…` fragment, which browsers never send to a server).
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PortalSessionOut {
     /// Revoke with `DELETE /v1/apps/{app_id}/portal-sessions/{id}`.

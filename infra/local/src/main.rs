@@ -285,6 +285,10 @@ async fn up(
             "  API        {api}   (Authorization: Bearer <admin key>)"
         );
         let _ = writeln!(o, "  dashboard  {api}/dashboard");
+        let _ = writeln!(
+            o,
+            "  portal     {api}/portal   (opened by a portal session's link)"
+        );
         let _ = writeln!(o, "  OpenAPI    {api}/openapi.json");
         // A key the user chose is not echoed; a generated one must be shown.
         match &given_key {

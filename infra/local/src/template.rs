@@ -303,6 +303,42 @@ mod tests {
         assert_eq!(deliver.batch_size, 10);
     }
 
+    /// API Gateway reaches the ingest function only on the paths the
+    /// template declares: every public route of the router (the pages and
+    /// their scripts) has its own `HttpApi` event, every other route is
+    /// under `/v1/{proxy+}`.
+    #[test]
+    fn the_template_routes_every_api_route_to_ingest() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"),
+        )
+        .unwrap();
+        let doc: Yaml = serde_yaml_ng::from_str(&text).unwrap();
+        let events = doc["Resources"]["IngestFunction"]["Properties"]["Events"]
+            .as_mapping()
+            .unwrap();
+        let declared: Vec<(String, String)> = events
+            .values()
+            .filter(|e| e["Type"].as_str() == Some("HttpApi"))
+            .map(|e| {
+                let p = &e["Properties"];
+                (
+                    p["Method"].as_str().unwrap().to_ascii_uppercase(),
+                    p["Path"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert!(declared.contains(&("ANY".into(), "/v1/{proxy+}".into())));
+        for route in hookline_ingest::router::routes() {
+            if route.access == hookline_ingest::router::Access::Public {
+                let want = (route.method.as_str().to_owned(), route.path.clone());
+                assert!(declared.contains(&want), "template.yaml lacks {want:?}");
+            } else {
+                assert!(route.path.starts_with("/v1/"), "{}", route.path);
+            }
+        }
+    }
+
     #[test]
     fn filter_patterns() {
         let pattern: Value = serde_json::from_str(

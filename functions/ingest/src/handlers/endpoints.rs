@@ -235,7 +235,8 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
             endpoint.event_types.clone_from(types);
         }
         if let Some(description) = &req.description {
-            endpoint.description = Some(description.clone());
+            // An empty description clears it.
+            endpoint.description = Some(description.clone()).filter(|d| !d.is_empty());
         }
         if let Some(disabled) = req.disabled {
             endpoint.disabled = disabled;

@@ -48,7 +48,13 @@ pub async fn create_portal_session<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>)
     let expires_at = record.portal_until.expect("a portal session has an end");
     api.store.put_api_key(&record).await?;
     tracing::info!(session_id = %record.id, app_id = %record.app_id, %expires_at, "portal session opened");
-    let url = format!("{}#token={token}", portal_page(api, &call));
+    // The fragment never reaches a server (nor a Referer): the page reads
+    // it, keeps the token in the tab and takes it out of the address bar.
+    let url = format!(
+        "{}#app={}&token={token}",
+        portal_page(api, &call),
+        record.app_id
+    );
     Ok(json(
         StatusCode::CREATED,
         &PortalSessionOut {

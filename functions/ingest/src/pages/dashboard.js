@@ -1,61 +1,12 @@
-// The dashboard's script, served as `GET /dashboard/app.js` so the page's
-// Content-Security-Policy can allow scripts from its own origin only.
+// The dashboard's own script, served after common.js as `GET /dashboard/app.js`
+// so the page's Content-Security-Policy can allow scripts from its own origin only.
 "use strict";
-const $ = (id) => document.getElementById(id);
-const state = { key: sessionStorage.getItem("hookline.key") || "", app: sessionStorage.getItem("hookline.app") || "",
+auth.key = sessionStorage.getItem("hookline.key") || "";
+const state = { app: sessionStorage.getItem("hookline.app") || "",
   cursor: null, items: [], selected: null, endpoints: new Map(), timer: null, admin: false };
-
-// Builds DOM nodes; text is always set as text, never parsed as HTML
-// (response bodies come from receivers and may contain anything).
-function el(tag, props, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(props || {})) {
-    if (k === "class") node.className = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else if (k === "text") node.textContent = v;
-    else node.setAttribute(k, v);
-  }
-  for (const c of children) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
-  return node;
-}
-
-function toast(message, isError) {
-  const t = $("toast");
-  t.textContent = message;
-  t.className = "toast show" + (isError ? " error" : "");
-  clearTimeout(toast.timer);
-  toast.timer = setTimeout(() => { t.className = "toast"; }, 3500);
-}
-
-async function api(method, path, body) {
-  const res = await fetch(path, {
-    method, headers: { "Authorization": "Bearer " + state.key, ...(body ? { "Content-Type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await res.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
-  if (!res.ok) {
-    const err = new Error((data && data.error && data.error.message) || res.statusText);
-    err.status = res.status; err.code = data && data.error && data.error.code;
-    throw err;
-  }
-  return data;
-}
 
 const appPath = () => "/v1/apps/" + encodeURIComponent(state.app);
 
-function ago(iso) {
-  if (!iso) return "–";
-  const s = Math.round((Date.now() - new Date(iso).getTime()) / 1000);
-  if (s < 5) return "just now";
-  if (s < 60) return s + "s ago";
-  if (s < 3600) return Math.round(s / 60) + "m ago";
-  if (s < 86400) return Math.round(s / 3600) + "h ago";
-  return new Date(iso).toLocaleString();
-}
-
-function badge(status) { return el("span", { class: "badge " + status, text: status }); }
 
 function filterQuery() {
   const q = new URLSearchParams();
@@ -150,32 +101,7 @@ async function renderDetail() {
   let d;
   try { d = await api("GET", appPath() + "/deliveries/" + encodeURIComponent(state.selected)); }
   catch (e) { panel.replaceChildren(el("div", { class: "empty", text: e.message })); return; }
-  const attempts = (d.attempts || []).slice().reverse();
-  const timeline = el("ol", { class: "timeline", id: "timeline" }, ...attempts.map((a) => {
-    const ok = a.status_code !== null && a.status_code >= 200 && a.status_code < 300;
-    return el("li", { class: ok ? "ok" : "" },
-      el("div", { class: "head" },
-        el("span", { class: "code " + (ok ? "ok" : "bad"), text: a.status_code === null ? "no response" : String(a.status_code) }),
-        el("span", { text: a.latency_ms + " ms" }),
-        el("span", { class: "muted", text: "attempt " + a.attempt + " · " + new Date(a.at).toLocaleString() })),
-      a.error ? el("div", { class: "muted", text: a.error }) : null,
-      a.response_body ? el("pre", { text: a.response_body }) : null);
-  }));
-  panel.replaceChildren(...[
-    el("div", { class: "row head-row" },
-      el("h3", { class: "flush", text: d.event_type }), badge(d.status)),
-    el("dl", { class: "kv" },
-      el("dt", {}, "Delivery"), el("dd", { class: "mono", text: d.id }),
-      el("dt", {}, "Message id"), el("dd", { class: "mono", text: d.message_id }),
-      el("dt", {}, "Event"), el("dd", { class: "mono", text: d.event_id }),
-      el("dt", {}, "Endpoint"), el("dd", { class: "mono", text: endpointLabel(d.endpoint_id) }),
-      el("dt", {}, "Attempts"), el("dd", { text: d.attempt_count + " now, " + d.total_attempts + " in all" }),
-      el("dt", {}, "Next attempt"), el("dd", { text: d.next_attempt_at ? new Date(d.next_attempt_at).toLocaleString() : "–" })),
-    d.status === "failed" ? el("button", { type: "button", id: "detail-retry", onclick: () => retryDelivery(d.id) }, "Retry this delivery") : null,
-    d.status === "delivered" ? el("button", { type: "button", class: "ghost", id: "detail-resend", onclick: () => retryDelivery(d.id, true) }, "Resend (same webhook-id)") : null,
-    el("h4", { text: "Attempts (newest first)" }),
-    attempts.length ? timeline : el("div", { class: "empty", text: "No attempt yet." }),
-  ].filter(Boolean));
+  panel.replaceChildren(...deliveryDetail(d, endpointLabel, retryDelivery));
 }
 
 async function retryDelivery(id, resend) {
@@ -187,41 +113,6 @@ async function retryDelivery(id, resend) {
   await refresh();
 }
 
-// SVG nodes (namespaced; attributes set one by one, never parsed).
-function svg(tag, attrs, ...children) {
-  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "text") node.textContent = v; else node.setAttribute(k, String(v));
-  }
-  for (const c of children) if (c) node.append(c);
-  return node;
-}
-
-// 24 bars, one per hour (oldest left): delivered stacked on failed.
-function hourChart(stats) {
-  const W = 192, H = 36, n = 24, bw = W / n;
-  const now = Date.now(), hour = 3600_000;
-  const start = Math.floor(now / hour) * hour - (n - 1) * hour;
-  const byHour = new Map((stats.hours || []).map((h) => [new Date(h.hour).getTime(), h]));
-  const rows = [...Array(n).keys()].map((i) => byHour.get(start + i * hour) || { delivered: 0, failed: 0 });
-  const max = Math.max(1, ...rows.map((h) => h.delivered + h.failed));
-  const bars = [];
-  rows.forEach((h, i) => {
-    const x = i * bw + 1, w = bw - 2;
-    const hf = (h.failed / max) * (H - 2), hd = (h.delivered / max) * (H - 2);
-    bars.push(svg("rect", { class: "base", x, y: H - 1, width: w, height: 1 }));
-    if (h.failed) bars.push(svg("rect", { class: "bad", x, y: H - 1 - hf, width: w, height: hf },
-      svg("title", { text: h.failed + " failed" })));
-    if (h.delivered) bars.push(svg("rect", { class: "ok", x, y: H - 1 - hf - hd, width: w, height: hd },
-      svg("title", { text: h.delivered + " delivered" })));
-  });
-  const total = rows.reduce((a, h) => [a[0] + h.delivered, a[1] + h.failed], [0, 0]);
-  return svg("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
-    "aria-label": `last 24 hours: ${total[0]} delivered, ${total[1]} failed` }, ...bars);
-}
-
-function pct(rate) { return rate === null || rate === undefined ? "–" : (Math.round(rate * 1000) / 10) + "%"; }
-function ms(v) { return v === null || v === undefined ? "–" : v + " ms"; }
 
 async function loadEndpointHealth() {
   const eps = [...state.endpoints.values()].slice(0, 20);
@@ -303,7 +194,6 @@ async function redrive() {
 
 // The event-type catalog: read with any key, changed with the admin key.
 // Loaded on connect and after a change (not on every refresh).
-function pretty(v) { return v === null || v === undefined ? "" : JSON.stringify(v, null, 2); }
 
 function fillCatalogForm(t) {
   $("ct-name").value = t ? t.name : "";
@@ -364,7 +254,7 @@ async function saveEventType() {
   try {
     await api("PUT", "/v1/event-types/" + encodeURIComponent(name), body);
   } catch (e) {
-    error.textContent = (e.code ? e.code + ": " : "") + e.message;
+    error.textContent = errorText(e);
     return;
   }
   toast("Saved " + name);
@@ -422,10 +312,10 @@ async function connect() {
     await loadEndpoints();
   } catch (e) {
     $("login-error").textContent = e.status === 401 ? "That API key was refused." : e.status === 403 ? "That key is for another app." : e.message;
-    state.key = ""; sessionStorage.removeItem("hookline.key");
+    auth.key = ""; sessionStorage.removeItem("hookline.key");
     return;
   }
-  sessionStorage.setItem("hookline.key", state.key);
+  sessionStorage.setItem("hookline.key", auth.key);
   sessionStorage.setItem("hookline.app", state.app);
   $("login").classList.add("hidden");
   $("app").classList.remove("hidden");
@@ -438,7 +328,7 @@ async function connect() {
 
 function signOut(message) {
   clearInterval(state.timer);
-  state.key = ""; sessionStorage.removeItem("hookline.key");
+  auth.key = ""; sessionStorage.removeItem("hookline.key");
   $("app").classList.add("hidden");
   $("logout").classList.add("hidden");
   $("login").classList.remove("hidden");
@@ -450,7 +340,7 @@ function signOut(message) {
 $("login-form").addEventListener("submit", (e) => {
   e.preventDefault();
   state.app = $("login-app").value.trim();
-  state.key = $("login-key").value.trim();
+  auth.key = $("login-key").value.trim();
   $("login-key").value = "";
   connect();
 });
@@ -470,4 +360,4 @@ $("portal-copy").addEventListener("click", () => {
   navigator.clipboard.writeText($("portal-url").value).then(() => toast("Link copied"), () => toast("Select the link and copy it", true));
 });
 $("login-app").value = state.app;
-if (state.key && state.app) connect();
+if (auth.key && state.app) connect();
