@@ -190,9 +190,27 @@ async function main() {
   const fourth = await until("the webhook after the edit", async () => got[3], 30_000);
   check(fourth.headers.authorization === "Bearer customer-token", "the masked credential kept its stored value");
 
-  await page.waitForFunction(() => document.querySelectorAll('#rows tr.delivery[data-status="delivered"]').length === 3
+  // Disable, miss an event, enable, replay what was missed: it arrives once.
+  await page.click(`${row} button.toggle`);
+  await page.waitForFunction((r) => document.querySelector(r)?.dataset.disabled === "true", row);
+  check(await page.isDisabled(`${row} button.replay`), "disabled by a click; replay waits for it to be enabled");
+  const missed = await admin("POST", `/v1/apps/${APP}/events`, { event_type: "order.paid", payload: { order_id: "ord_missed", total: 5 } });
+  check(missed.status === 202 && missed.body.delivery_ids.length === 0, "an event sent meanwhile goes nowhere");
+  await page.click(`${row} button.toggle`);
+  await page.waitForFunction((r) => document.querySelector(r)?.dataset.disabled === "false", row);
+  await page.selectOption(`${row} select.replay-window`, "3600");
+  await page.click(`${row} button.replay`);
+  await page.waitForFunction(() => /^Replay: 1 replayed/.test(document.querySelector("#toast").textContent));
+  const replayed = await until("the replayed event", async () => got[4], 30_000);
+  check(JSON.parse(replayed.body).data.order_id === "ord_missed" && signedWith(rotated, replayed.headers, replayed.body),
+    "replay missed by a click: the event sent while disabled arrives, signed");
+  await page.click(`${row} button.replay`);
+  await page.waitForFunction(() => /^Replay: 0 replayed/.test(document.querySelector("#toast").textContent));
+  check(got.length === 5, "a second replay sends nothing more (test events are never replayed)");
+
+  await page.waitForFunction(() => document.querySelectorAll('#rows tr.delivery[data-status="delivered"]').length === 4
     && document.querySelector("#detail .badge")?.textContent === "delivered", null, { timeout: 30_000 });
-  check(true, "the log lists the 3 test events delivered");
+  check(true, "the log lists the 3 test events and the replayed event, delivered");
   const shot = path.join(outDir, "portal.png");
   await page.screenshot({ path: shot, fullPage: true });
   check(true, "screenshot saved: " + shot);
@@ -217,7 +235,7 @@ async function main() {
   check(unexpected.length === 0 && refusals >= 4 && refusals <= 8,
     `no console errors but the ${refusals} provoked refusals` + (unexpected.length ? ": " + unexpected.join("; ") : ""));
   writeFileSync(path.join(outDir, "portal.txt"),
-    `portal browser test: signed in by the link (token out of the address bar), catalog with schema and example, endpoint created by the form (bad URL and unknown type refused), secret shown once, test event received and verified by a loopback receiver (example body, custom headers), log shows it delivered with its attempt, health 100%, secret rotated (both sign during the overlap), resent by keyboard + click (same webhook-id), edited (rate limit, masked credential kept), revoked by the operator -> signed out, token 401; screenshots ${shot}, ${shot2}\n`);
+    `portal browser test: signed in by the link (token out of the address bar), catalog with schema and example, endpoint created by the form (bad URL and unknown type refused), secret shown once, test event received and verified by a loopback receiver (example body, custom headers), log shows it delivered with its attempt, health 100%, secret rotated (both sign during the overlap), resent by keyboard + click (same webhook-id), edited (rate limit, masked credential kept), disabled + enabled, replay missed (1 then 0), revoked by the operator -> signed out, token 401; screenshots ${shot}, ${shot2}\n`);
 }
 
 await run("portal", main);
