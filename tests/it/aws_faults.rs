@@ -61,7 +61,7 @@ async fn forward(
     // A put of an idempotency key's record (keyed events without delivery
     // items claim the key with a conditional put, not a transaction).
     let key_put = target.ends_with(".PutItem") && body.windows(5).any(|w| w == b"IDEM#");
-    let event_put = target.ends_with(".PutItem") && body.windows(5).any(|w| w == b"\"EVT#");
+    let event_put = target.ends_with(".PutItem") && body.windows(5).any(|w| w == b"\"EVD#");
     if event_put
         && f.event_put_failures
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -367,19 +367,16 @@ async fn a_key_whose_request_stopped_before_its_event_is_completed_by_the_retry(
     );
     // Indexed for the reconciler's sweep when it was written, not at its
     // (earlier) creation: a sweep that had passed that time still finds it.
+    let (pk, sk) = hookline_aws::schema::event_key(
+        &hookline_core::ids::EventId::parse(&id).expect("an event id"),
+    );
     let item = stack
         .clients
         .dynamodb
         .get_item()
         .table_name(&stack.settings.table)
-        .key(
-            "PK",
-            aws_sdk_dynamodb::types::AttributeValue::S(format!("EVT#{id}")),
-        )
-        .key(
-            "SK",
-            aws_sdk_dynamodb::types::AttributeValue::S("EVT".into()),
-        )
+        .key("PK", aws_sdk_dynamodb::types::AttributeValue::S(pk))
+        .key("SK", aws_sdk_dynamodb::types::AttributeValue::S(sk))
         .send()
         .await
         .expect("read the event item")

@@ -67,9 +67,8 @@ async fn payload_reaches_the_receiver_byte_for_byte() {
             .await;
         assert_eq!(status, 202, "{body}");
         let event_id = body["event_id"].as_str().expect("event id").to_owned();
-        let item = raw_item(&stack, &format!("EVT#{event_id}"), "EVT")
-            .await
-            .expect("the event item");
+        let (pk, sk) = Stack::event_key(&event_id);
+        let item = raw_item(&stack, &pk, &sk).await.expect("the event item");
         assert_eq!(
             (
                 matches!(item.get("body_z"), Some(AttributeValue::B(_))),
@@ -356,11 +355,12 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     let (id, event_id) = (first_delivery(&body), event_id(&body));
     let pk = format!("DLV#{id}");
     // Before its first attempt the delivery is listed on its event, which is
-    // in the reconciler's time index.
-    let event = raw_item(&stack, &format!("EVT#{event_id}"), "EVT")
-        .await
-        .unwrap();
-    assert!(event["GSI3PK"].as_s().unwrap().starts_with("SWEEP#"));
+    // in its creation day's partition (the reconciler's sweep reads those),
+    // with no index entry.
+    let (event_pk, event_sk) = Stack::event_key(&event_id);
+    let event = raw_item(&stack, &event_pk, &event_sk).await.unwrap();
+    assert!(event_pk.starts_with("EVD#") && event.contains_key("targets"));
+    assert!(!event.contains_key("GSI3PK"), "no index entry");
     // One attempt only: it fails.
     assert!(stack.reaches(&id, DeliveryStatus::Failed, T).await);
     let item = raw_item(&stack, &pk, "DLV").await.unwrap();
@@ -376,17 +376,15 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     let soon = chrono::Utc::now().timestamp() + 60;
     stack
         .set_attribute(
-            &format!("EVT#{event_id}"),
-            "EVT",
+            &event_pk,
+            &event_sk,
             "expires_at",
             AttributeValue::N(soon.to_string()),
         )
         .await;
     let (status, _) = stack.retry_delivery("shop", &id).await;
     assert_eq!(status, 202);
-    let event = raw_item(&stack, &format!("EVT#{event_id}"), "EVT")
-        .await
-        .unwrap();
+    let event = raw_item(&stack, &event_pk, &event_sk).await.unwrap();
     let kept: i64 = event["expires_at"].as_n().unwrap().parse().unwrap();
     assert!(
         kept >= chrono::Utc::now().timestamp() + retention - 60,

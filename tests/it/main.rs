@@ -8,6 +8,7 @@ mod endpoint_health;
 mod faults;
 mod guarantees;
 mod local_stack;
+mod migration;
 mod operator;
 mod outbox;
 mod pipeline;

@@ -233,6 +233,13 @@ impl Stack {
             .unwrap_or_default()
     }
 
+    /// The table key (`PK`, `SK`) of an event's item.
+    pub fn event_key(event_id: &str) -> (String, String) {
+        hookline_aws::schema::event_key(
+            &hookline_core::ids::EventId::parse(event_id).expect("an event id"),
+        )
+    }
+
     /// Sets an attribute of a raw item (tests that move clocks or tamper).
     pub async fn set_attribute(
         &self,

@@ -3,7 +3,8 @@
 //! | item | PK | SK | GSI1 (by endpoint) | GSI2 (by status) |
 //! |---|---|---|---|---|
 //! | endpoint | `APP#{app}` | `EP#{endpoint}` | | |
-//! | event (with its listed fan-out) | `EVT#{event}` | `EVT` | | |
+//! | event (with its listed fan-out) | `EVD#{creation day}#{shard}` | `{event}` | | |
+//! | event written by an earlier version | `EVT#{event}` | `EVT` | | |
 //! | delivery | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
@@ -19,18 +20,26 @@
 //! Its body is stored compressed (`body_z`, raw DEFLATE) when that is
 //! smaller, as text (`body`) otherwise: writes are billed per started KB.
 //!
-//! GSI3 (KEYS_ONLY, sparse) holds two key spaces:
+//! Events are kept by time in the table itself: each creation day's events
+//! are spread over [`EVENT_SHARDS`] partitions sorted by event id (which
+//! starts with the creation time), so the reconciler's sweep and replays
+//! query the days they need and no index entry is written per event
+//! ([`event_key`]). Items of the earlier shape (`EVT#{event}`, with a time
+//! index entry) are still read, updated, swept and replayed until they
+//! expire ([`legacy_event_key`]).
+//!
+//! GSI3 (KEYS_ONLY, sparse) holds these key spaces:
 //! - the overdue index `DUE#{shard}` / `{due time}#{id}`, present only on
 //!   pending delivery items (due at `next_attempt_at`) and on events with a
 //!   deferred fan-out left (due at creation); finished work leaves it;
-//! - the event time index `SWEEP#{shard}` / `{written time}#{app}#{event id}` on events with a
-//!   listed fan-out, which the reconciler sweeps once past its mark
-//!   (`RECONCILER` / `SWEEP` item) to find listed deliveries whose first
-//!   message was lost; nothing is written to leave it (the entry expires
-//!   with its event);
-//! - the event log `LOG#{shard}` / `{written time}#{app}#{event id}` on every
-//!   other event (no endpoint took it; a large fan-out once materialised):
-//!   with the time index, every event by time, which a replay reads;
+//! - the event time index `SWEEP#{shard}` / `{written time}#{app}#{event id}`
+//!   on events with a listed fan-out written after their creation day's
+//!   partition may have been swept (an event completed after its request
+//!   stopped), and on earlier-shape events with a listed fan-out; the
+//!   reconciler sweeps it past its mark too;
+//! - the event log `LOG#{shard}` / `{written time}#{app}#{event id}` on
+//!   earlier-shape events with no listed fan-out (replays read it until they
+//!   expire; nothing new is written there);
 //! - running replays (`RPL#{replay}` / `RPL`) are in the overdue index, due
 //!   when last advanced, so a stalled one is continued by the reconciler.
 //!
@@ -88,10 +97,54 @@ pub fn app_pk(app: &AppId) -> String {
 pub fn endpoint_sk(id: &EndpointId) -> String {
     format!("EP#{id}")
 }
-pub fn event_pk(id: &EventId) -> String {
-    format!("EVT#{id}")
+/// Partitions of each day's events (see [`event_key`]): a partition key
+/// takes about 1000 write units a second, so the table takes about 8000
+/// events (of up to 1 KB) a second before it throttles.
+pub const EVENT_SHARDS: u32 = 8;
+
+/// Where an event item is: the partition of its creation day and its
+/// shard (`EVD#{yyyymmdd}#{shard}`), sorted by its id (which starts with its
+/// creation time). Every event of a day is in [`EVENT_SHARDS`] partitions in
+/// time order, so the reconciler's sweep and replays read events by time
+/// from the table itself, with no index entry written per event.
+pub fn event_key(id: &EventId) -> (String, String) {
+    (
+        event_day_pk(id.created_at(), hash_mod(id.as_str(), EVENT_SHARDS)),
+        id.as_str().to_owned(),
+    )
 }
-pub const EVENT_SK: &str = "EVT";
+
+/// The partition of the events created on `at`'s day (UTC) in `shard`.
+pub fn event_day_pk(at: DateTime<Utc>, shard: u32) -> String {
+    format!("EVD#{}#{shard}", at.format("%Y%m%d"))
+}
+
+/// The start of `at`'s day (UTC): [`event_day_pk`] partitions follow one
+/// another a day apart.
+pub fn day_start(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.date_naive()
+        .and_hms_opt(0, 0, 0)
+        .map(|t| t.and_utc())
+        .unwrap_or(at)
+}
+
+/// Where an event item written by an earlier version is: its own partition
+/// (`EVT#{id}` / `EVT`). Such items are read, updated and swept as before
+/// until they expire; new events are never written there.
+pub fn legacy_event_key(id: &EventId) -> (String, String) {
+    (format!("EVT#{id}"), LEGACY_EVENT_SK.to_owned())
+}
+pub const LEGACY_EVENT_SK: &str = "EVT";
+
+/// The event a table key names, in either shape.
+pub fn event_id_of_key(pk: &str, sk: &str) -> Option<EventId> {
+    if pk.starts_with("EVD#") {
+        EventId::parse(sk).ok()
+    } else {
+        pk.strip_prefix("EVT#")
+            .and_then(|id| EventId::parse(id).ok())
+    }
+}
 pub fn delivery_pk(id: &DeliveryId) -> String {
     format!("DLV#{id}")
 }
@@ -248,7 +301,7 @@ struct EventItem<'a> {
     #[serde(rename = "PK")]
     pk: String,
     #[serde(rename = "SK")]
-    sk: &'static str,
+    sk: String,
     kind: &'static str,
     #[serde(flatten)]
     event: &'a Event,
@@ -417,10 +470,11 @@ pub fn endpoint_item(endpoint: &Endpoint) -> Result<Item, PipelineError> {
     )
 }
 
-/// The item of `event`. `indexed_at` places a listed fan-out in the event
-/// time index: when the item is written (its creation, or later for an
-/// event completed after its request stopped), so the reconciler's sweep,
-/// which moves by that time, never passes over it before it exists.
+/// The item of `event`, at [`event_key`]. A listed fan-out written later
+/// than its creation (`indexed_at`: an event completed after its request
+/// stopped) also gets an entry in the event time index at that time: the
+/// reconciler's sweep, which reads the table by creation time, may have
+/// passed its creation already.
 pub fn event_item(
     event: &Event,
     targets: &[EndpointId],
@@ -431,30 +485,28 @@ pub fn event_item(
 ) -> Result<Item, PipelineError> {
     let listed = !targets.is_empty();
     let deferred = !fanout_remaining.is_empty();
-    // The overdue index: the event time index (swept by the reconciler past
-    // its mark) for a listed fan-out, due at creation for a deferred one.
-    // Any other event is in the event log (replay reads both time indexes).
-    let (gsi3pk, gsi3sk) = if listed {
-        (
-            Some(sweep_pk(event.id.as_str())),
-            Some(event_time_sk(indexed_at, &event.app_id, &event.id)),
-        )
-    } else if deferred {
+    // The overdue index: due at creation for a deferred fan-out; the event
+    // time index for a listed one written late. Any other event is in the
+    // table's day partitions only.
+    let (gsi3pk, gsi3sk) = if deferred {
         (
             Some(due_pk(event.id.as_str())),
             Some(due_sk(event.created_at, event.id.as_str())),
         )
-    } else {
+    } else if listed && indexed_at > event.created_at {
         (
-            Some(event_log_pk(&event.id)),
+            Some(sweep_pk(event.id.as_str())),
             Some(event_time_sk(indexed_at, &event.app_id, &event.id)),
         )
+    } else {
+        (None, None)
     };
+    let (pk, sk) = event_key(&event.id);
     let mut item = to_item(
         "event",
         &EventItem {
-            pk: event_pk(&event.id),
-            sk: EVENT_SK,
+            pk,
+            sk,
             kind: KIND_EVENT,
             event,
             targets,
@@ -791,6 +843,61 @@ mod tests {
             decode_stream_image(item).unwrap(),
             StreamChange::EventFanout(event.id.clone())
         );
+    }
+
+    /// Events are in their creation day's partitions, sorted by id; only a
+    /// deferred fan-out or a listed one written late is indexed.
+    #[test]
+    fn events_live_in_day_partitions_and_are_indexed_only_when_needed() {
+        use chrono::TimeZone;
+        let at = Utc.with_ymd_and_hms(2026, 12, 4, 23, 59, 59).unwrap();
+        let mut rng = rand::thread_rng();
+        let ids: Vec<EventId> = (0..400).map(|_| EventId::new(at, &mut rng)).collect();
+        let mut shards = std::collections::BTreeSet::new();
+        for id in &ids {
+            let (pk, sk) = event_key(id);
+            assert!(pk.starts_with("EVD#20261204#"), "{pk}");
+            assert_eq!(sk, id.as_str());
+            shards.insert(pk);
+            assert_eq!(event_id_of_key(&event_key(id).0, &sk).as_ref(), Some(id));
+            let (lpk, lsk) = legacy_event_key(id);
+            assert_eq!(event_id_of_key(&lpk, &lsk).as_ref(), Some(id));
+        }
+        assert_eq!(shards.len(), EVENT_SHARDS as usize, "every shard used");
+        let next_day = EventId::new(at + chrono::TimeDelta::seconds(1), &mut rng);
+        assert!(event_key(&next_day).0.starts_with("EVD#20261205#"));
+        assert_eq!(
+            day_start(at),
+            Utc.with_ymd_and_hms(2026, 12, 4, 0, 0, 0).unwrap()
+        );
+        // In a partition, ids sort by time: time floors bound a time range.
+        assert!(EventId::time_floor(at).as_str() <= ids[0].as_str());
+        assert!(
+            ids[0].as_str() < EventId::time_floor(at + chrono::TimeDelta::milliseconds(1)).as_str()
+        );
+
+        let (event, _, endpoint) = sample();
+        let day = Duration::from_secs(86400);
+        let targets = [endpoint.id.clone()];
+        let gsi3 = |item: &Item| item.get("GSI3PK").cloned();
+        let listed = event_item(&event, &targets, &[], 0, day, event.created_at).unwrap();
+        assert_eq!(gsi3(&listed), None, "a listed fan-out written at once");
+        let s = |v: &str| Some(serde_dynamo::AttributeValue::S(v.to_owned()));
+        assert_eq!(listed.get(PK).cloned(), s(&event_key(&event.id).0));
+        let late = event_item(
+            &event,
+            &targets,
+            &[],
+            0,
+            day,
+            event.created_at + chrono::TimeDelta::hours(2),
+        )
+        .unwrap();
+        assert_eq!(gsi3(&late), s(&sweep_pk(event.id.as_str())), "written late");
+        let none = event_item(&event, &[], &[], 0, day, event.created_at).unwrap();
+        assert_eq!(gsi3(&none), None, "no fan-out listed");
+        let deferred = event_item(&event, &[], &targets, 0, day, event.created_at).unwrap();
+        assert_eq!(gsi3(&deferred), s(&due_pk(event.id.as_str())));
     }
 
     #[test]

@@ -52,6 +52,28 @@ fn av<T: serde::Serialize>(value: &T) -> Result<AttributeValue> {
 /// (see [`Store::events_in_window`]).
 const WINDOW_WRITE_SLACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
+/// The reconciler's sweep marks, kept in its mark item.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+struct SweepMarks {
+    /// Per event time-index shard: the last sort key swept.
+    #[serde(default)]
+    marks: Vec<String>,
+    /// Per event shard: the id below which the day partitions are swept
+    /// (the last event read, or the cutoff when all were).
+    #[serde(default)]
+    event_marks: Vec<String>,
+}
+
+/// The table key (`PK`, `SK`) of an index entry (KEYS_ONLY entries carry it).
+fn table_key_of(item: &HashMap<String, AttributeValue>) -> Option<HashMap<String, AttributeValue>> {
+    let pk = item.get(PK)?.as_s().ok()?;
+    let sk = item.get(SK)?.as_s().ok()?;
+    Some(HashMap::from([
+        (PK.to_owned(), s(pk.as_str())),
+        (SK.to_owned(), s(sk.as_str())),
+    ]))
+}
+
 fn into_sdk(item: Item) -> HashMap<String, AttributeValue> {
     item.into()
 }
@@ -275,7 +297,7 @@ impl DynamoStore {
     /// Writes the event a key's record names if it is missing, from the
     /// record (id, time, fan-out) and `new`'s payload (same request hash).
     async fn complete_keyed_event(&self, new: &NewEvent, keyed: KeyedEvent) -> Result<()> {
-        if self.get(event_pk(&keyed.id), EVENT_SK).await?.is_some() {
+        if self.event_item_of(&keyed.id).await?.is_some() {
             return Ok(());
         }
         let payload = hookline_core::model::body_data(&new.event.body)
@@ -304,18 +326,162 @@ impl DynamoStore {
         self.put_event_once(&completed, Utc::now()).await
     }
 
-    /// The reconciler's sweep mark per time-index shard ("" before the first).
-    async fn sweep_marks(&self) -> Result<Vec<String>> {
-        #[derive(serde::Deserialize)]
-        struct Marks {
-            marks: Vec<String>,
+    /// One step of a deferred fan-out on the event's item (`legacy`: of the
+    /// earlier shape) at `version`, with the deliveries it writes: one
+    /// transaction; `Ok(false)` when the event is not at that version.
+    async fn materialise_at(
+        &self,
+        event_id: &EventId,
+        legacy: bool,
+        version: u32,
+        deliveries: &[Delivery],
+        remaining: &[EndpointId],
+    ) -> Result<bool> {
+        let (pk, sk) = if legacy {
+            legacy_event_key(event_id)
+        } else {
+            event_key(event_id)
+        };
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(pk, &sk)))
+            .condition_expression("fanout_version = :v")
+            .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+            .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()))
+            .expression_attribute_values(":rest", av(&remaining)?)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
+        let app = deliveries.first().map(|d| &d.app_id);
+        update = if let (true, true, Some(app)) = (legacy, remaining.is_empty(), app) {
+            // Done, earlier shape: from the overdue index to the event log
+            // (for replays; a new-shape event is in its day partition).
+            update
+                .update_expression(
+                    "SET fanout_version = :next, fanout_remaining = :rest, GSI3PK = :log, GSI3SK = :at REMOVE fanout",
+                )
+                .expression_attribute_values(":log", s(event_log_pk(event_id)))
+                .expression_attribute_values(":at", s(event_time_sk(Utc::now(), app, event_id)))
+        } else if remaining.is_empty() {
+            update.update_expression(
+                "SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout, GSI3PK, GSI3SK",
+            )
+        } else {
+            update.update_expression("SET fanout_version = :next, fanout_remaining = :rest")
+        };
+        let mut items = vec![TransactWriteItem::builder()
+            .update(update.build().map_err(|e| corrupt("update", e))?)
+            .build()];
+        for d in deliveries {
+            items.push(outbox::put_new(
+                &self.table,
+                schema::delivery_item(d, self.retention)?,
+            )?);
         }
+        match self.transact(items).await {
+            Ok(()) => Ok(true),
+            Err(TransactFailure::Conditions(reasons))
+                if reasons.first().is_some_and(condition_failed) =>
+            {
+                Ok(false)
+            }
+            Err(TransactFailure::Conditions(reasons)) => Err(PipelineError::store(
+                format!("fan-out transaction cancelled: {reasons:?}"),
+                true,
+            )),
+            Err(TransactFailure::Contended) => Err(PipelineError::store(
+                "fan-out transaction conflicted with another; retry",
+                true,
+            )),
+            Err(TransactFailure::Other(err)) => Err(err),
+        }
+    }
+
+    /// The reconciler's sweep marks (empty lists before the first sweep).
+    async fn sweep_marks(&self) -> Result<SweepMarks> {
         match self.get(SWEEP_MARK_PK.to_owned(), SWEEP_MARK_SK).await? {
-            Some(item) => serde_dynamo::from_item::<_, Marks>(item)
-                .map(|m| m.marks)
+            Some(item) => serde_dynamo::from_item::<_, SweepMarks>(item)
                 .map_err(|e| corrupt("sweep mark item", e)),
-            None => Ok(Vec::new()),
+            None => Ok(SweepMarks::default()),
         }
+    }
+
+    /// An event's item in either shape (consistent reads): its day
+    /// partition, else where an earlier version wrote it.
+    async fn event_item_of(&self, id: &EventId) -> Result<Option<Item>> {
+        let (pk, sk) = event_key(id);
+        if let Some(item) = self.get(pk, &sk).await? {
+            return Ok(Some(item));
+        }
+        let (pk, sk) = legacy_event_key(id);
+        self.get(pk, &sk).await
+    }
+
+    /// Up to `limit` events of one event shard created in `[from, below)`
+    /// (ids; `from` inclusive) with ids after `after` (exclusive; `""`: none
+    /// read yet), oldest first, day partition after day partition. `limit`
+    /// reached: there may be more.
+    async fn events_by_time(
+        &self,
+        shard: u32,
+        after: &str,
+        from: &EventId,
+        below: &EventId,
+        limit: usize,
+        consistent: bool,
+    ) -> Result<Vec<Item>> {
+        let low = if after > from.as_str() {
+            after.to_owned()
+        } else {
+            from.as_str().to_owned()
+        };
+        let first_day = EventId::parse(&low)
+            .map(|id| id.created_at())
+            .unwrap_or_else(|_| from.created_at());
+        let mut day = day_start(first_day);
+        let mut out = Vec::new();
+        if low.as_str() >= below.as_str() {
+            return Ok(out);
+        }
+        while day < below.created_at() && out.len() < limit {
+            let mut start: Option<HashMap<String, AttributeValue>> = None;
+            loop {
+                let _g = self.guard().await;
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .key_condition_expression("PK = :pk AND SK BETWEEN :low AND :below")
+                    .expression_attribute_values(":pk", s(event_day_pk(day, shard)))
+                    .expression_attribute_values(":low", s(low.as_str()))
+                    .expression_attribute_values(":below", s(below.as_str()))
+                    .consistent_read(consistent)
+                    .limit(
+                        i32::try_from(limit - out.len() + 1)
+                            .unwrap_or(1000)
+                            .clamp(1, 1000),
+                    )
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(|e| store_error("Query", e))?;
+                for item in page.items.unwrap_or_default() {
+                    let sk = item.get(SK).and_then(|v| v.as_s().ok());
+                    // BETWEEN includes both ends: `after` was read before,
+                    // `below` is excluded.
+                    if sk.is_none_or(|sk| sk == after || sk.as_str() >= below.as_str())
+                        || out.len() >= limit
+                    {
+                        continue;
+                    }
+                    out.push(Item::from(item));
+                }
+                match page.last_evaluated_key {
+                    Some(key) if !key.is_empty() && out.len() < limit => start = Some(key),
+                    _ => break,
+                }
+            }
+            day += chrono::TimeDelta::days(1);
+        }
+        Ok(out)
     }
 
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
@@ -495,17 +661,16 @@ impl DynamoStore {
 
     /// Up to `limit` entries of one event time-index shard after `after`
     /// (a sort key, exclusive) and below `below`, oldest first: their sort
-    /// keys (the next mark) and event ids.
+    /// keys (the next mark) and their events' table keys.
     async fn sweep_shard(
         &self,
         shard: u32,
         after: &str,
         below: &str,
         limit: usize,
-    ) -> Result<Vec<(String, EventId)>> {
-        self.gsi3_range(sweep_pk_of_shard(shard), after, below, limit, |_, sk| {
-            let (_, id) = sk.rsplit_once('#')?;
-            Some((sk.to_owned(), EventId::parse(id).ok()?))
+    ) -> Result<Vec<(String, HashMap<String, AttributeValue>)>> {
+        self.gsi3_range(sweep_pk_of_shard(shard), after, below, limit, |item, sk| {
+            Some((sk.to_owned(), table_key_of(item)?))
         })
         .await
     }
@@ -523,8 +688,9 @@ impl DynamoStore {
             let pk = item.get(PK).and_then(|v| v.as_s().ok())?;
             let entry = if let Some(id) = pk.strip_prefix("DLV#") {
                 DeliveryId::parse(id).ok().map(Overdue::Delivery)
-            } else if let Some(id) = pk.strip_prefix("EVT#") {
-                EventId::parse(id).ok().map(Overdue::Event)
+            } else if pk.starts_with("EVT#") || pk.starts_with("EVD#") {
+                let sk = item.get(SK).and_then(|v| v.as_s().ok())?;
+                event_id_of_key(pk, sk).map(Overdue::Event)
             } else if let Some(id) = pk.strip_prefix("RPL#") {
                 ReplayId::parse(id).ok().map(Overdue::Replay)
             } else {
@@ -1114,19 +1280,40 @@ impl Store for DynamoStore {
     }
 
     async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
-        let keys: Vec<HashMap<String, AttributeValue>> = ids
+        let keys = ids
             .iter()
-            .map(|id| Self::key(event_pk(id), EVENT_SK))
+            .map(|id| {
+                let (pk, sk) = event_key(id);
+                Self::key(pk, &sk)
+            })
             .collect();
-        self.batch_get(keys, true, None)
+        let mut events = self
+            .batch_get(keys, true, None)
             .await?
             .into_iter()
             .map(schema::event_from_item)
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if events.len() < ids.len() {
+            // The others may be of the earlier shape.
+            let found: std::collections::HashSet<&EventId> =
+                events.iter().map(|e| &e.event.id).collect();
+            let legacy: Vec<_> = ids
+                .iter()
+                .filter(|id| !found.contains(id))
+                .map(|id| {
+                    let (pk, sk) = legacy_event_key(id);
+                    Self::key(pk, &sk)
+                })
+                .collect();
+            for item in self.batch_get(legacy, true, None).await? {
+                events.push(schema::event_from_item(item)?);
+            }
+        }
+        Ok(events)
     }
 
     async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
-        self.get(event_pk(id), EVENT_SK)
+        self.event_item_of(id)
             .await?
             .map(schema::event_from_item)
             .transpose()
@@ -1139,56 +1326,20 @@ impl Store for DynamoStore {
         deliveries: &[Delivery],
         remaining: &[EndpointId],
     ) -> Result<bool> {
-        let mut update = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(event_pk(event_id), EVENT_SK)))
-            .condition_expression("fanout_version = :v")
-            .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
-            .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()))
-            .expression_attribute_values(":rest", av(&remaining)?)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
-        let app = deliveries.first().map(|d| &d.app_id);
-        update = if let (true, Some(app)) = (remaining.is_empty(), app) {
-            // Done: from the overdue index to the event log (for replays).
-            update
-                .update_expression(
-                    "SET fanout_version = :next, fanout_remaining = :rest, GSI3PK = :log, GSI3SK = :at REMOVE fanout",
-                )
-                .expression_attribute_values(":log", s(event_log_pk(event_id)))
-                .expression_attribute_values(":at", s(event_time_sk(Utc::now(), app, event_id)))
-        } else if remaining.is_empty() {
-            update.update_expression(
-                "SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout, GSI3PK, GSI3SK",
-            )
-        } else {
-            update.update_expression("SET fanout_version = :next, fanout_remaining = :rest")
-        };
-        let mut items = vec![TransactWriteItem::builder()
-            .update(update.build().map_err(|e| corrupt("update", e))?)
-            .build()];
-        for d in deliveries {
-            items.push(outbox::put_new(
-                &self.table,
-                schema::delivery_item(d, self.retention)?,
-            )?);
+        if self
+            .materialise_at(event_id, false, version, deliveries, remaining)
+            .await?
+        {
+            return Ok(true);
         }
-        match self.transact(items).await {
-            Ok(()) => Ok(true),
-            Err(TransactFailure::Conditions(reasons))
-                if reasons.first().is_some_and(condition_failed) =>
-            {
-                Ok(false)
-            }
-            Err(TransactFailure::Conditions(reasons)) => Err(PipelineError::store(
-                format!("fan-out transaction cancelled: {reasons:?}"),
-                true,
-            )),
-            Err(TransactFailure::Contended) => Err(PipelineError::store(
-                "fan-out transaction conflicted with another; retry",
-                true,
-            )),
-            Err(TransactFailure::Other(err)) => Err(err),
+        // Not at that version in its day partition; an event of the earlier
+        // shape is where it was written.
+        let (pk, sk) = event_key(event_id);
+        if self.get(pk, &sk).await?.is_some() {
+            return Ok(false);
         }
+        self.materialise_at(event_id, true, version, deliveries, remaining)
+            .await
     }
 
     async fn list_deliveries(&self, app: &AppId, q: &DeliveryQuery) -> Result<DeliveryPage> {
@@ -1273,11 +1424,12 @@ impl Store for DynamoStore {
         };
         // The delivery's item and the event that may list it, in one
         // request: before its first attempt a listed delivery has no item.
+        let (event_pk, event_sk) = event_key(&event_id);
         let items = self
             .batch_get(
                 vec![
                     Self::key(delivery_pk(id), DELIVERY_SK),
-                    Self::key(event_pk(&event_id), EVENT_SK),
+                    Self::key(event_pk, &event_sk),
                 ],
                 true,
                 None,
@@ -1292,6 +1444,15 @@ impl Store for DynamoStore {
                 return schema::delivery_from_item(item).map(Some);
             }
             event = Some(schema::event_from_item(item)?);
+        }
+        if event.is_none() {
+            // An event of the earlier shape.
+            let (pk, sk) = legacy_event_key(&event_id);
+            event = self
+                .get(pk, &sk)
+                .await?
+                .map(schema::event_from_item)
+                .transpose()?;
         }
         Ok(event
             .and_then(|e| e.listed_delivery(position))
@@ -1397,20 +1558,27 @@ impl Store for DynamoStore {
         restarted_at: DateTime<Utc>,
     ) -> Result<()> {
         let until = schema::event_expiry_after(restarted_at, self.retention);
-        let _g = self.guard().await;
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(event_pk(id), EVENT_SK)))
-            .update_expression("SET expires_at = :until")
-            .condition_expression("attribute_exists(PK) AND expires_at < :until")
-            .expression_attribute_values(":until", AttributeValue::N(until.to_string()))
-            .send()
-            .await;
-        // Not extended: already kept long enough, or gone (deliver then
-        // fails the delivery visibly: "event not found").
-        condition_to_bool(result, "UpdateItem").map(|_| ())
+        for (pk, sk) in [event_key(id), legacy_event_key(id)] {
+            let _g = self.guard().await;
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(Self::key(pk, &sk)))
+                .update_expression("SET expires_at = :until")
+                .condition_expression("attribute_exists(PK) AND expires_at < :until")
+                .expression_attribute_values(":until", AttributeValue::N(until.to_string()))
+                .send()
+                .await;
+            // Not extended: already kept long enough, or not there (then
+            // the earlier shape is tried; a gone event makes deliver fail
+            // the delivery visibly: "event not found"). A manual restart is
+            // rare: the second, conditional write is cheap enough.
+            if condition_to_bool(result, "UpdateItem")? {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     async fn overdue(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Vec<Overdue>> {
@@ -1431,53 +1599,96 @@ impl Store for DynamoStore {
     }
 
     async fn sweep_events(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Sweep> {
-        let marks = self.sweep_marks().await?;
+        let before = self.sweep_marks().await?;
         // `#` sorts after every digit: every entry written before the cutoff.
         let below = format!("{}#", due_time(cutoff));
-        let per_shard = limit.div_ceil(DUE_SHARDS as usize).max(1);
-        let shards = (0..DUE_SHARDS).map(|shard| {
-            let after = marks.get(shard as usize).cloned().unwrap_or_default();
+        let below_id = EventId::time_floor(cutoff);
+        // Before the first sweep of the day partitions: from as far back as
+        // an event can still be kept.
+        let lookback =
+            chrono::TimeDelta::from_std(self.retention).map_err(|e| corrupt("retention", e))?;
+        let first = EventId::time_floor(cutoff - lookback);
+        let per_shard = limit.div_ceil((DUE_SHARDS + EVENT_SHARDS) as usize).max(1);
+        let indexed = (0..DUE_SHARDS).map(|shard| {
+            let after = before
+                .marks
+                .get(shard as usize)
+                .cloned()
+                .unwrap_or_default();
             let below = below.clone();
+            async move { self.sweep_shard(shard, &after, &below, per_shard).await }
+        });
+        let by_day = (0..EVENT_SHARDS).map(|shard| {
+            let after = before
+                .event_marks
+                .get(shard as usize)
+                .cloned()
+                .unwrap_or_default();
+            let (first, below_id) = (&first, &below_id);
             async move {
-                self.sweep_shard(shard, &after, &below, per_shard)
+                self.events_by_time(shard, &after, first, below_id, per_shard, false)
                     .await
-                    .map(|ids| (shard, after, ids))
             }
         });
-        let found = futures::future::try_join_all(shards).await?;
-        let mut before = marks;
-        before.resize(DUE_SHARDS as usize, String::new());
-        let mut next = before.clone();
+        let (indexed, by_day) = futures::future::try_join(
+            futures::future::try_join_all(indexed),
+            futures::future::try_join_all(by_day),
+        )
+        .await?;
+        let mut next = SweepMarks {
+            marks: before.marks.clone(),
+            event_marks: before.event_marks.clone(),
+        };
+        next.marks.resize(DUE_SHARDS as usize, String::new());
+        next.event_marks
+            .resize(EVENT_SHARDS as usize, String::new());
         let mut complete = true;
-        let mut ids = Vec::new();
-        for (shard, _after, entries) in found {
+        let mut keys = Vec::new();
+        for (shard, entries) in indexed.into_iter().enumerate() {
             if entries.len() >= per_shard {
                 complete = false;
             }
             if let Some((last, _)) = entries.last() {
-                next[shard as usize] = last.clone();
+                next.marks[shard].clone_from(last);
             }
-            ids.extend(entries.into_iter().map(|(_, id)| id));
+            keys.extend(entries.into_iter().map(|(_, key)| key));
         }
         // Eventually consistent: these events were written long ago.
-        let keys = ids
-            .iter()
-            .map(|id| Self::key(event_pk(id), EVENT_SK))
-            .collect();
-        let mut events = Vec::with_capacity(ids.len());
-        for item in self.batch_get(keys, false, None).await? {
+        let mut items = self.batch_get(keys, false, None).await?;
+        for (shard, found) in by_day.into_iter().enumerate() {
+            if found.len() >= per_shard {
+                complete = false;
+                let last = found.last().and_then(|item| match item.get(SK) {
+                    Some(serde_dynamo::AttributeValue::S(sk)) => Some(sk.clone()),
+                    _ => None,
+                });
+                if let Some(last) = last {
+                    next.event_marks[shard] = last;
+                }
+            } else {
+                // Every event of the shard created before the cutoff is read.
+                next.event_marks[shard] = below_id.as_str().to_owned();
+            }
+            items.extend(found);
+        }
+        // Listed fan-outs only, each once (one written late is in its day
+        // partition and in the time index).
+        let mut events = std::collections::BTreeMap::new();
+        for item in items {
             match schema::event_from_item(item) {
-                Ok(event) => events.push(event),
+                Ok(event) if !event.targets.is_empty() => {
+                    events.insert(event.event.id.clone(), event);
+                }
+                Ok(_) => {}
                 Err(err) => {
                     tracing::error!(error = %hookline_core::error::Chain(&err), "unreadable event skipped by the sweep")
                 }
             }
         }
-        events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
-        let moved = next != before;
+        let moved = next.marks != before.marks || next.event_marks != before.event_marks;
         let mark = serde_json::to_string(&next).map_err(|e| corrupt("sweep mark", e))?;
         Ok(Sweep {
-            events,
+            events: events.into_values().collect(),
             mark,
             complete,
             moved,
@@ -1485,8 +1696,7 @@ impl Store for DynamoStore {
     }
 
     async fn commit_sweep(&self, mark: &str) -> Result<()> {
-        let marks: Vec<String> =
-            serde_json::from_str(mark).map_err(|e| corrupt("sweep mark", e))?;
+        let marks: SweepMarks = serde_json::from_str(mark).map_err(|e| corrupt("sweep mark", e))?;
         let _g = self.guard().await;
         self.client
             .put_item()
@@ -1494,7 +1704,8 @@ impl Store for DynamoStore {
             .item(PK, s(SWEEP_MARK_PK))
             .item(SK, s(SWEEP_MARK_SK))
             .item("kind", s("sweep_mark"))
-            .item("marks", av(&marks)?)
+            .item("marks", av(&marks.marks)?)
+            .item("event_marks", av(&marks.event_marks)?)
             .send()
             .await
             .map_err(|e| store_error("PutItem", e))?;
@@ -1531,11 +1742,13 @@ impl Store for DynamoStore {
         position: &str,
         limit: usize,
     ) -> Result<EventWindow> {
-        // The time index holds listed fan-outs, the event log every other
-        // event; both by the time the event was written, which is at or
-        // after its creation (later for an event completed after its request
-        // stopped, or a large fan-out materialised late): read up to
-        // WINDOW_WRITE_SLACK past `until`, keep creation times in the window.
+        // Every event is in its creation day's partitions, sorted by id
+        // (time). Events of the earlier shape are in the time index (listed
+        // fan-outs) or the event log (the others), by the time they were
+        // written, which is at or after their creation: read up to
+        // WINDOW_WRITE_SLACK past `until` there, keep creation times in the
+        // window. The position holds a mark per index partition, then one
+        // per event shard.
         let partitions: Vec<String> = (0..DUE_SHARDS)
             .map(sweep_pk_of_shard)
             .chain((0..DUE_SHARDS).map(event_log_pk_of_shard))
@@ -1545,12 +1758,15 @@ impl Store for DynamoStore {
         } else {
             serde_json::from_str(position).map_err(|e| corrupt("replay position", e))?
         };
-        marks.resize(partitions.len(), String::new());
+        marks.resize(partitions.len() + EVENT_SHARDS as usize, String::new());
+        let (index_marks, day_marks) = marks.split_at_mut(partitions.len());
         let floor = due_time(since);
         let since_ms = DateTime::from_timestamp_millis(since.timestamp_millis()).unwrap_or(since);
         let below = due_time(until + WINDOW_WRITE_SLACK);
-        let per_partition = limit.div_ceil(partitions.len()).max(1);
-        let reads = partitions.iter().zip(&marks).map(|(pk, mark)| {
+        let per_partition = limit
+            .div_ceil(partitions.len() + EVENT_SHARDS as usize)
+            .max(1);
+        let reads = partitions.iter().zip(index_marks.iter()).map(|(pk, mark)| {
             let after = if mark.is_empty() {
                 floor.clone()
             } else {
@@ -1558,27 +1774,44 @@ impl Store for DynamoStore {
             };
             let below = below.clone();
             async move {
-                self.gsi3_range(pk.clone(), &after, &below, per_partition, |_, sk| {
+                self.gsi3_range(pk.clone(), &after, &below, per_partition, |item, sk| {
                     let (entry_app, id) = parse_event_time_sk(sk)?;
-                    Some((sk.to_owned(), entry_app.map(str::to_owned), id))
+                    Some((
+                        sk.to_owned(),
+                        entry_app.map(str::to_owned),
+                        id,
+                        table_key_of(item)?,
+                    ))
                 })
                 .await
             }
         });
-        let found = futures::future::try_join_all(reads).await?;
+        let (from, below_id) = (EventId::time_floor(since), EventId::time_floor(until));
+        let days = day_marks.iter().enumerate().map(|(shard, after)| {
+            let (from, below_id) = (&from, &below_id);
+            async move {
+                self.events_by_time(shard as u32, after, from, below_id, per_partition, false)
+                    .await
+            }
+        });
+        let (found, by_day) = futures::future::try_join(
+            futures::future::try_join_all(reads),
+            futures::future::try_join_all(days),
+        )
+        .await?;
         let mut complete = true;
         let mut wanted = Vec::new();
-        for (mark, entries) in marks.iter_mut().zip(found) {
+        for (mark, entries) in index_marks.iter_mut().zip(found) {
             if entries.len() >= per_partition {
                 complete = false;
             }
-            if let Some((last, _, _)) = entries.last() {
+            if let Some((last, _, _, _)) = entries.last() {
                 mark.clone_from(last);
             }
             wanted.extend(
                 entries
                     .into_iter()
-                    .filter(|(_, entry_app, id)| {
+                    .filter(|(_, entry_app, id, _)| {
                         // An id carries its creation time to the
                         // millisecond: compared at that precision here, the
                         // event's own time decides below.
@@ -1586,21 +1819,37 @@ impl Store for DynamoStore {
                             && id.created_at() >= since_ms
                             && id.created_at() < until
                     })
-                    .map(|(_, _, id)| Self::key(event_pk(&id), EVENT_SK)),
+                    .map(|(_, _, _, key)| key),
             );
         }
-        let mut events = Vec::with_capacity(wanted.len());
-        for item in self.batch_get(wanted, false, None).await? {
+        let mut items = self.batch_get(wanted, false, None).await?;
+        for (mark, found) in day_marks.iter_mut().zip(by_day) {
+            if found.len() >= per_partition {
+                complete = false;
+                if let Some(serde_dynamo::AttributeValue::S(last)) =
+                    found.last().and_then(|item| item.get(SK))
+                {
+                    mark.clone_from(last);
+                }
+            } else {
+                mark.clear();
+                mark.push_str(below_id.as_str());
+            }
+            items.extend(found);
+        }
+        // Each event once (one written late is in its day partition and in
+        // the time index).
+        let mut events = std::collections::BTreeMap::new();
+        for item in items {
             let stored = schema::event_from_item(item)?;
             let created = stored.event.created_at;
             if &stored.event.app_id == app && created >= since && created < until {
-                events.push(stored);
+                events.insert(stored.event.id.clone(), stored);
             }
         }
-        events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
         let position = serde_json::to_string(&marks).map_err(|e| corrupt("replay position", e))?;
         Ok(EventWindow {
-            events,
+            events: events.into_values().collect(),
             position,
             complete,
         })
