@@ -44,8 +44,8 @@
 //!   when last advanced, so a stalled one is continued by the reconciler.
 //!
 //! The reconciler reads only entries due before its cutoff (and past its
-//! mark): a quiet system costs [`DUE_SHARDS`] empty query pages per key
-//! space and run.
+//! marks): a quiet system costs [`DUE_SHARDS`] empty query pages per key
+//! space and [`EVENT_SHARDS`] per day partition swept, per run.
 //!
 //! Retention: a pending delivery has no `expires_at` (it can never expire
 //! while due); a finished one expires `retention` after it finished. An

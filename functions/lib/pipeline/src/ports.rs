@@ -376,7 +376,7 @@ pub trait Store: Send + Sync {
 
     /// Events with a listed fan-out created before `cutoff` and not yet
     /// checked by the reconciler (past the committed sweep mark), at most
-    /// `limit`, read from the event time index (never the table).
+    /// `limit`, read by time (never a scan of the table).
     fn sweep_events(
         &self,
         cutoff: DateTime<Utc>,
@@ -395,10 +395,10 @@ pub trait Store: Send + Sync {
     fn create_delivery(&self, delivery: &Delivery) -> impl Future<Output = Result<bool>> + Send;
 
     /// About `limit` events of `app` created in `[since, until)` from
-    /// `position` (`""`: the start of the window), read from the event time
-    /// index and the event log (never a scan of the table). An event whose
-    /// large fan-out is still being materialised is in neither until that
-    /// ends.
+    /// `position` (`""`: the start of the window), read by time (never a
+    /// scan of the table). An event whose large fan-out is still being
+    /// materialised may be among them: [`crate::replay::wants`] leaves its
+    /// remaining endpoints to the fan-out.
     fn events_in_window(
         &self,
         app: &AppId,
