@@ -86,6 +86,24 @@ async fn put_legacy_event(stack: &Stack, new: &NewEvent) {
         .expect("PutItem on moto");
 }
 
+/// Replays what `endpoint` missed since `since` (202 expected).
+async fn replay(
+    stack: &Stack,
+    endpoint: &str,
+    since: chrono::DateTime<chrono::Utc>,
+) -> serde_json::Value {
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/shop/endpoints/{endpoint}/replay"),
+            Some(json!({ "since": since })),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    body
+}
+
 async fn sleep_until_overdue() {
     tokio::time::sleep(RECONCILE_AFTER + Duration::from_millis(500)).await;
 }
@@ -179,15 +197,7 @@ async fn events_of_the_earlier_shape_are_read_delivered_swept_and_replayed() {
             .pump_until_all(&fresh, DeliveryStatus::Delivered, T)
             .await
     );
-    let (status, _, body) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/shop/endpoints/{endpoint_b}/replay"),
-            Some(json!({ "since": since })),
-            &[],
-        )
-        .await;
-    assert_eq!(status, 202, "{body}");
+    let body = replay(&stack, &endpoint_b, since).await;
     assert_eq!(
         (body["replayed"].as_u64(), body["complete"].as_bool()),
         (Some(3), Some(true)),
@@ -197,14 +207,7 @@ async fn events_of_the_earlier_shape_are_read_delivered_swept_and_replayed() {
         .pump_until(T, || async { b.unique_accepted() == 4 })
         .await;
     assert!(got_all, "b got {}", b.unique_accepted());
-    let (_, _, body) = stack
-        .call(
-            "POST",
-            &format!("/v1/apps/shop/endpoints/{endpoint_b}/replay"),
-            Some(json!({ "since": since })),
-            &[],
-        )
-        .await;
+    let body = replay(&stack, &endpoint_b, since).await;
     assert_eq!(body["replayed"].as_u64(), Some(0), "{body}");
     assert_eq!(b.duplicates(), 0);
     record_figures(

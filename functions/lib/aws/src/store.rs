@@ -433,52 +433,32 @@ impl DynamoStore {
         } else {
             from.as_str().to_owned()
         };
-        let first_day = EventId::parse(&low)
-            .map(|id| id.created_at())
-            .unwrap_or_else(|_| from.created_at());
-        let mut day = day_start(first_day);
         let mut out = Vec::new();
         if low.as_str() >= below.as_str() {
             return Ok(out);
         }
+        let first_day = EventId::parse(&low)
+            .map(|id| id.created_at())
+            .unwrap_or_else(|_| from.created_at());
+        let mut day = day_start(first_day);
         while day < below.created_at() && out.len() < limit {
-            let mut start: Option<HashMap<String, AttributeValue>> = None;
-            loop {
-                let _g = self.guard().await;
-                let page = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .key_condition_expression("PK = :pk AND SK BETWEEN :low AND :below")
-                    .expression_attribute_values(":pk", s(event_day_pk(day, shard)))
-                    .expression_attribute_values(":low", s(low.as_str()))
-                    .expression_attribute_values(":below", s(below.as_str()))
-                    .consistent_read(consistent)
-                    .limit(
-                        i32::try_from(limit - out.len() + 1)
-                            .unwrap_or(1000)
-                            .clamp(1, 1000),
-                    )
-                    .set_exclusive_start_key(start.take())
-                    .send()
-                    .await
-                    .map_err(|e| store_error("Query", e))?;
-                for item in page.items.unwrap_or_default() {
-                    let sk = item.get(SK).and_then(|v| v.as_s().ok());
-                    // BETWEEN includes both ends: `after` was read before,
-                    // `below` is excluded.
-                    if sk.is_none_or(|sk| sk == after || sk.as_str() >= below.as_str())
-                        || out.len() >= limit
-                    {
-                        continue;
-                    }
-                    out.push(Item::from(item));
-                }
-                match page.last_evaluated_key {
-                    Some(key) if !key.is_empty() && out.len() < limit => start = Some(key),
-                    _ => break,
-                }
-            }
+            let pk = event_day_pk(day, shard);
+            let page = self
+                .sorted_range(
+                    |q| {
+                        q.key_condition_expression("PK = :pk AND SK BETWEEN :low AND :below")
+                            .expression_attribute_values(":pk", s(pk.as_str()))
+                            .expression_attribute_values(":low", s(low.as_str()))
+                            .consistent_read(consistent)
+                    },
+                    SK,
+                    after,
+                    below.as_str(),
+                    limit - out.len(),
+                    |item, _| Some(Item::from(item.clone())),
+                )
+                .await?;
+            out.extend(page);
             day += chrono::TimeDelta::days(1);
         }
         Ok(out)
@@ -603,24 +583,59 @@ impl DynamoStore {
         limit: usize,
         decode: impl Fn(&HashMap<String, AttributeValue>, &str) -> Option<T>,
     ) -> Result<Vec<T>> {
+        let low = if after.is_empty() { "" } else { after };
+        self.sorted_range(
+            |q| {
+                let q = q
+                    .index_name(GSI_OVERDUE)
+                    .expression_attribute_values(":pk", s(pk.as_str()));
+                if low.is_empty() {
+                    q.key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
+                } else {
+                    q.key_condition_expression("GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below")
+                        .expression_attribute_values(":low", s(low))
+                }
+            },
+            "GSI3SK",
+            after,
+            below,
+            limit,
+            |item, sk| {
+                let entry = decode(item, sk);
+                if entry.is_none() {
+                    tracing::error!(
+                        index = %pk,
+                        pk = item.get(PK).and_then(|v| v.as_s().ok()).map(String::as_str),
+                        "unreadable entry in the overdue index skipped"
+                    );
+                }
+                entry
+            },
+        )
+        .await
+    }
+
+    /// Up to `limit` items of one query (`build` sets its key condition,
+    /// with `:below` bound here, and options) with `sort` keys after `after`
+    /// (exclusive; `""`: none read yet) and below `below`, in key order,
+    /// each as `keep` reads it (`None`: skipped), page after page.
+    async fn sorted_range<T>(
+        &self,
+        build: impl Fn(
+            aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        sort: &str,
+        after: &str,
+        below: &str,
+        limit: usize,
+        keep: impl Fn(&HashMap<String, AttributeValue>, &str) -> Option<T>,
+    ) -> Result<Vec<T>> {
         let mut out = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         while out.len() < limit {
             let _g = self.guard().await;
-            let query = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(GSI_OVERDUE)
-                .expression_attribute_values(":pk", s(pk.clone()))
+            let query = build(self.client.query().table_name(&self.table))
                 .expression_attribute_values(":below", s(below));
-            let query = if after.is_empty() {
-                query.key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
-            } else {
-                query
-                    .key_condition_expression("GSI3PK = :pk AND GSI3SK BETWEEN :after AND :below")
-                    .expression_attribute_values(":after", s(after))
-            };
             let page = query
                 .limit(
                     i32::try_from(limit - out.len() + 1)
@@ -632,23 +647,18 @@ impl DynamoStore {
                 .await
                 .map_err(|e| store_error("Query", e))?;
             for item in page.items.unwrap_or_default() {
-                let sk = item
-                    .get("GSI3SK")
+                let key = item
+                    .get(sort)
                     .and_then(|v| v.as_s().ok())
                     .map(String::as_str)
                     .unwrap_or_default();
-                // BETWEEN includes both ends: `after` was handled before,
+                // BETWEEN includes both ends: `after` was read before,
                 // `below` is excluded.
-                if sk == after || sk >= below || out.len() >= limit {
+                if key == after || key >= below || out.len() >= limit {
                     continue;
                 }
-                match decode(&item, sk) {
-                    Some(entry) => out.push(entry),
-                    None => tracing::error!(
-                        index = %pk,
-                        pk = item.get(PK).and_then(|v| v.as_s().ok()).map(String::as_str),
-                        "unreadable entry in the overdue index skipped"
-                    ),
+                if let Some(entry) = keep(&item, key) {
+                    out.push(entry);
                 }
             }
             match page.last_evaluated_key {
