@@ -159,10 +159,28 @@ fn answer(target: &str, request: &Value) -> Value {
             json!({"KeyId": "stub", "Plaintext": KEY_B64, "CiphertextBlob": KEY_B64})
         }
         "Decrypt" => json!({"KeyId": "stub", "Plaintext": KEY_B64}),
+        "GetItem" if is_sweep_mark(&request["Key"]) => sweep_mark(chrono::Utc::now()),
         // GetItem (nothing found), PutItem, UpdateItem, DeleteItem,
         // TransactWriteItems, DeleteMessageBatch...: success, no attributes.
         _ => json!({}),
     }
+}
+
+/// Whether `key` is the reconciler's sweep mark item.
+fn is_sweep_mark(key: &Value) -> bool {
+    key["PK"]["S"] == "RECONCILER" && key["SK"]["S"] == "SWEEP"
+}
+
+/// The sweep mark of a deployed table whose reconciler ran a few minutes
+/// before `now` (every run but the very first finds one): its sweep of the
+/// events' day partitions goes on from there, as in steady state.
+fn sweep_mark(now: chrono::DateTime<chrono::Utc>) -> Value {
+    let at = hookline_core::ids::EventId::time_floor(now - chrono::TimeDelta::minutes(20));
+    let shards: Vec<Value> = (0..hookline_aws::schema::EVENT_SHARDS)
+        .map(|_| json!({"S": at.as_str()}))
+        .collect();
+    json!({"Item": {"PK": {"S": "RECONCILER"}, "SK": {"S": "SWEEP"}, "kind": {"S": "sweep_mark"},
+        "marks": {"L": []}, "event_marks": {"L": shards}}})
 }
 
 async fn handle(State(stub): State<AwsStub>, headers: HeaderMap, body: Bytes) -> Response {
@@ -260,6 +278,21 @@ mod tests {
         assert_eq!(a["Successful"].as_array().map(Vec::len), Some(2));
         assert_eq!(a["Successful"][1]["Id"], "1");
         assert_eq!(answer("DynamoDB_20120810.GetItem", &Value::Null), json!({}));
+    }
+
+    /// The reconciler's mark reads as a deployed table's: its sweep of the
+    /// day partitions starts minutes back, not a retention back.
+    #[test]
+    fn the_sweep_mark_is_a_recent_one() {
+        let key = json!({"Key": {"PK": {"S": "RECONCILER"}, "SK": {"S": "SWEEP"}}});
+        let item = &answer("DynamoDB_20120810.GetItem", &key)["Item"];
+        let marks = item["event_marks"]["L"].as_array().unwrap();
+        assert_eq!(marks.len(), hookline_aws::schema::EVENT_SHARDS as usize);
+        let at = hookline_core::ids::EventId::parse(marks[0]["S"].as_str().unwrap())
+            .unwrap()
+            .created_at();
+        let age = chrono::Utc::now() - at;
+        assert!(age > chrono::TimeDelta::minutes(19) && age < chrono::TimeDelta::minutes(21));
     }
 
     #[test]
