@@ -224,7 +224,9 @@ async function main() {
   const refused = await client(base, session.body.token)("GET", `/v1/apps/${APP}/endpoints`);
   check(refused.status === 401, "the token is refused (401)");
   await page.reload();
-  check(await page.isVisible("#signin") && !(await page.isVisible("#portal")), "a reload stays signed out (nothing kept)");
+  check(await page.isVisible("#signin") && !(await page.isVisible("#portal"))
+    && (await page.textContent("#signin-message")).includes("expired or was revoked"),
+    "a reload stays signed out (no token kept) and still says why");
   const shot2 = path.join(outDir, "portal-signed-out.png");
   await page.screenshot({ path: shot2 });
 

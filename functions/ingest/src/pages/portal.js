@@ -5,6 +5,8 @@
 // portal routes with it, and a 401 (expired or revoked) signs out.
 "use strict";
 const STORE = "hookline.portal";
+// Why this tab was signed out, shown again after a reload.
+const ENDED = "hookline.portal.ended";
 const state = { app: "", endpoints: new Map(), catalog: [], cursor: null, items: [], selected: null,
   editing: null, timer: null, testFor: "" };
 
@@ -18,6 +20,7 @@ function signInFromLink() {
   const token = fragment.get("token"), app = fragment.get("app");
   if (token && app) {
     sessionStorage.setItem(STORE, JSON.stringify({ token, app }));
+    sessionStorage.removeItem(ENDED);
     history.replaceState(null, "", location.pathname + location.search);
   }
   try {
@@ -34,7 +37,10 @@ function signOut(message) {
   $("signout").classList.add("hidden");
   $("signin").classList.remove("hidden");
   $("app-name").textContent = "";
-  if (message) $("signin-message").textContent = message;
+  if (message) {
+    $("signin-message").textContent = message;
+    sessionStorage.setItem(ENDED, message);
+  }
   $("live-dot").className = "dot off";
   $("live-text").textContent = "signed out";
 }
@@ -394,7 +400,11 @@ async function refresh() {
 
 async function start() {
   signInFromLink();
-  if (!auth.key) return;
+  if (!auth.key) {
+    const ended = sessionStorage.getItem(ENDED);
+    if (ended) $("signin-message").textContent = ended;
+    return;
+  }
   try {
     await loadCatalog();
     await loadEndpoints();
