@@ -51,6 +51,9 @@ fn av<T: serde::Serialize>(value: &T) -> Result<AttributeValue> {
 /// How long after its creation an event may be written to a time index
 /// (see [`Store::events_in_window`]).
 const WINDOW_WRITE_SLACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// Day partitions a replay call reads per event shard at most (a wider
+/// window goes on from the replay's position).
+const REPLAY_DAYS_PER_CALL: usize = 10;
 
 /// The reconciler's sweep marks, kept in its mark item.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
@@ -417,8 +420,10 @@ impl DynamoStore {
 
     /// Up to `limit` events of one event shard created in `[from, below)`
     /// (ids; `from` inclusive) with ids after `after` (exclusive; `""`: none
-    /// read yet), oldest first, day partition after day partition. `limit`
-    /// reached: there may be more.
+    /// read yet), oldest first, day partition after day partition, at most
+    /// `max_days` of them. With them, where to go on from (exclusive), or
+    /// `None` once every event below `below` is read.
+    #[allow(clippy::too_many_arguments)]
     async fn events_by_time(
         &self,
         shard: u32,
@@ -426,8 +431,8 @@ impl DynamoStore {
         from: &EventId,
         below: &EventId,
         limit: usize,
-        consistent: bool,
-    ) -> Result<Vec<Item>> {
+        max_days: usize,
+    ) -> Result<(Vec<Item>, Option<String>)> {
         let low = if after > from.as_str() {
             after.to_owned()
         } else {
@@ -435,13 +440,25 @@ impl DynamoStore {
         };
         let mut out = Vec::new();
         if low.as_str() >= below.as_str() {
-            return Ok(out);
+            return Ok((out, None));
         }
         let first_day = EventId::parse(&low)
             .map(|id| id.created_at())
             .unwrap_or_else(|_| from.created_at());
         let mut day = day_start(first_day);
-        while day < below.created_at() && out.len() < limit {
+        let mut days = 0;
+        while day < below.created_at() {
+            if out.len() >= limit || days >= max_days {
+                // A time floor is never an id (ids carry version bits), so
+                // going on after it misses nothing.
+                let next = match out.last().and_then(|item: &Item| item.get(SK)) {
+                    Some(serde_dynamo::AttributeValue::S(last)) if out.len() >= limit => {
+                        last.clone()
+                    }
+                    _ => EventId::time_floor(day).as_str().to_owned(),
+                };
+                return Ok((out, Some(next)));
+            }
             let pk = event_day_pk(day, shard);
             let page = self
                 .sorted_range(
@@ -449,7 +466,6 @@ impl DynamoStore {
                         q.key_condition_expression("PK = :pk AND SK BETWEEN :low AND :below")
                             .expression_attribute_values(":pk", s(pk.as_str()))
                             .expression_attribute_values(":low", s(low.as_str()))
-                            .consistent_read(consistent)
                     },
                     SK,
                     after,
@@ -459,9 +475,17 @@ impl DynamoStore {
                 )
                 .await?;
             out.extend(page);
+            if out.len() >= limit {
+                let last = match out.last().and_then(|item| item.get(SK)) {
+                    Some(serde_dynamo::AttributeValue::S(last)) => last.clone(),
+                    _ => return Err(corrupt("event item", "no sort key")),
+                };
+                return Ok((out, Some(last)));
+            }
             day += chrono::TimeDelta::days(1);
+            days += 1;
         }
-        Ok(out)
+        Ok((out, None))
     }
 
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
@@ -1636,7 +1660,7 @@ impl Store for DynamoStore {
                 .unwrap_or_default();
             let (first, below_id) = (&first, &below_id);
             async move {
-                self.events_by_time(shard, &after, first, below_id, per_shard, false)
+                self.events_by_time(shard, &after, first, below_id, per_shard, usize::MAX)
                     .await
             }
         });
@@ -1665,19 +1689,14 @@ impl Store for DynamoStore {
         }
         // Eventually consistent: these events were written long ago.
         let mut items = self.batch_get(keys, false, None).await?;
-        for (shard, found) in by_day.into_iter().enumerate() {
-            if found.len() >= per_shard {
-                complete = false;
-                let last = found.last().and_then(|item| match item.get(SK) {
-                    Some(serde_dynamo::AttributeValue::S(sk)) => Some(sk.clone()),
-                    _ => None,
-                });
-                if let Some(last) = last {
-                    next.event_marks[shard] = last;
+        for (shard, (found, next_mark)) in by_day.into_iter().enumerate() {
+            match next_mark {
+                Some(mark) => {
+                    complete = false;
+                    next.event_marks[shard] = mark;
                 }
-            } else {
                 // Every event of the shard created before the cutoff is read.
-                next.event_marks[shard] = below_id.as_str().to_owned();
+                None => next.event_marks[shard] = below_id.as_str().to_owned(),
             }
             items.extend(found);
         }
@@ -1796,12 +1815,26 @@ impl Store for DynamoStore {
                 .await
             }
         });
-        let (from, below_id) = (EventId::time_floor(since), EventId::time_floor(until));
+        // Nothing is kept longer than the retention (an event's TTL; a
+        // manual restart extends it, but a replay is for what was missed):
+        // the day partitions are read from then at the earliest, ten days per
+        // call at most (the replay goes on from its position).
+        let kept =
+            chrono::TimeDelta::from_std(self.retention).map_err(|e| corrupt("retention", e))?;
+        let from = EventId::time_floor(since.max(Utc::now() - kept - chrono::TimeDelta::days(1)));
+        let below_id = EventId::time_floor(until);
         let days = day_marks.iter().enumerate().map(|(shard, after)| {
             let (from, below_id) = (&from, &below_id);
             async move {
-                self.events_by_time(shard as u32, after, from, below_id, per_partition, false)
-                    .await
+                self.events_by_time(
+                    shard as u32,
+                    after,
+                    from,
+                    below_id,
+                    per_partition,
+                    REPLAY_DAYS_PER_CALL,
+                )
+                .await
             }
         });
         let (found, by_day) = futures::future::try_join(
@@ -1833,17 +1866,13 @@ impl Store for DynamoStore {
             );
         }
         let mut items = self.batch_get(wanted, false, None).await?;
-        for (mark, found) in day_marks.iter_mut().zip(by_day) {
-            if found.len() >= per_partition {
-                complete = false;
-                if let Some(serde_dynamo::AttributeValue::S(last)) =
-                    found.last().and_then(|item| item.get(SK))
-                {
-                    mark.clone_from(last);
+        for (mark, (found, next_mark)) in day_marks.iter_mut().zip(by_day) {
+            match next_mark {
+                Some(next) => {
+                    complete = false;
+                    *mark = next;
                 }
-            } else {
-                mark.clear();
-                mark.push_str(below_id.as_str());
+                None => *mark = below_id.as_str().to_owned(),
             }
             items.extend(found);
         }
