@@ -65,7 +65,12 @@ def main():
         ddb = client("dynamodb", args[0])
         if ddb.get_item(TableName=args[1], Key={"PK": {"S": "DLV#" + args[3]}, "SK": {"S": "DLV"}}).get("Item"):
             sys.exit(f"delivery {args[3]} has an item before its first attempt")
-        event = ddb.get_item(TableName=args[1], Key={"PK": {"S": "EVT#" + args[2]}, "SK": {"S": "EVT"}}).get("Item")
+        # The event's item is in its creation day's partition, sorted by its id.
+        found = ddb.scan(TableName=args[1], FilterExpression="SK = :id",
+                         ExpressionAttributeValues={":id": {"S": args[2]}})["Items"]
+        event = found[0] if found else None
+        if event and not event["PK"]["S"].startswith("EVD#"):
+            sys.exit(f"event {args[2]} is not in a day partition: {event['PK']}")
         targets = event and event.get("targets", {}).get("L")
         if not targets:
             sys.exit(f"event {args[2]} lists no fan-out: {event}")

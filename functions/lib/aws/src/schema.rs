@@ -876,6 +876,14 @@ mod tests {
             ids[0].as_str() < EventId::time_floor(at + chrono::TimeDelta::milliseconds(1)).as_str()
         );
 
+        // The stream fixture of `events/` is an event item of this shape.
+        let fixture: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../events/stream-insert-event.json"))
+                .unwrap();
+        let keys = &fixture["Records"][0]["dynamodb"]["Keys"];
+        let id = EventId::parse(keys["SK"]["S"].as_str().unwrap()).unwrap();
+        assert_eq!(keys["PK"]["S"].as_str().unwrap(), event_key(&id).0);
+
         let (event, _, endpoint) = sample();
         let day = Duration::from_secs(86400);
         let targets = [endpoint.id.clone()];
