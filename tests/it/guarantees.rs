@@ -353,7 +353,8 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
         .send_event("shop", "order.paid", json!({"n": 1}), None)
         .await;
     let (id, event_id) = (first_delivery(&body), event_id(&body));
-    let pk = format!("DLV#{id}");
+    let (pk, sk) = Stack::delivery_key("shop", &id);
+    assert!(pk.starts_with("DLA#shop#"), "in its app's partition");
     // Before its first attempt the delivery is listed on its event, which is
     // in its creation day's partition (the reconciler's sweep reads those),
     // with no index entry.
@@ -363,7 +364,11 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     assert!(!event.contains_key("GSI3PK"), "no index entry");
     // One attempt only: it fails.
     assert!(stack.reaches(&id, DeliveryStatus::Failed, T).await);
-    let item = raw_item(&stack, &pk, "DLV").await.unwrap();
+    let item = raw_item(&stack, &pk, &sk).await.unwrap();
+    assert!(
+        item.contains_key("GSI2PK") && !item.contains_key("GSI1PK"),
+        "a failed delivery is in the by-status index only"
+    );
     let ttl: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();
     let retention = 30 * 86_400;
     assert!((ttl - chrono::Utc::now().timestamp() - retention).abs() < 60);
@@ -390,13 +395,18 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
         kept >= chrono::Utc::now().timestamp() + retention - 60,
         "event kept a retention from the restart"
     );
-    let item = raw_item(&stack, &pk, "DLV").await.unwrap();
+    let item = raw_item(&stack, &pk, &sk).await.unwrap();
     assert!(!item.contains_key("expires_at"), "pending again: no TTL");
     assert!(
         item.contains_key("GSI3PK"),
         "a pending delivery is in the overdue index"
     );
     assert!(stack.reaches(&id, DeliveryStatus::Delivered, T).await);
+    let item = raw_item(&stack, &pk, &sk).await.unwrap();
+    assert!(
+        !item.contains_key("GSI2PK") && !item.contains_key("GSI3PK"),
+        "a delivered delivery has no index copy"
+    );
 }
 
 /// Conditional writes on moto: an endpoint write based on a stale read is

@@ -220,3 +220,203 @@ async fn events_of_the_earlier_shape_are_read_delivered_swept_and_replayed() {
         "events of the earlier table shape (own partition + index entry): read by the API, a lost listed delivery swept and a deferred fan-out materialised by the reconciler, replayed with a new-shape event (3 + 1 to a new endpoint, then 0), 0 lost, 0 duplicates",
     );
 }
+
+/// Writes `delivery`'s item as the earlier version did: its own partition
+/// (`DLV#{id}` / `DLV`) with copies in the by-endpoint (GSI1) and by-status
+/// (GSI2) indexes whatever its status, and the overdue index when pending.
+async fn put_legacy_delivery(stack: &Stack, delivery: &hookline_core::model::Delivery) {
+    let mut item =
+        schema::delivery_item(delivery, Duration::from_secs(30 * 86_400)).expect("a delivery item");
+    let (pk, sk) = schema::legacy_delivery_key(&delivery.id);
+    let shard = schema::shard_of(&delivery.id);
+    for (name, value) in [
+        ("PK", pk),
+        ("SK", sk),
+        (
+            "GSI1PK",
+            schema::by_endpoint_pk(&delivery.endpoint_id, shard),
+        ),
+        ("GSI1SK", delivery.id.to_string()),
+        (
+            "GSI2PK",
+            schema::by_status_pk(&delivery.app_id, delivery.status, shard),
+        ),
+        ("GSI2SK", delivery.id.to_string()),
+    ] {
+        item.insert(name.to_owned(), serde_dynamo::AttributeValue::S(value));
+    }
+    let item: HashMap<String, AttributeValue> = item.into();
+    stack
+        .clients
+        .dynamodb
+        .put_item()
+        .table_name(&stack.settings.table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("PutItem on moto");
+}
+
+/// The delivery at position 0 of `new`'s listed fan-out, never attempted.
+fn first_listed(new: &NewEvent) -> hookline_core::model::Delivery {
+    hookline_core::model::Delivery::new(
+        DeliveryId::for_fanout(&new.event.id, 0).expect("a listed fan-out id"),
+        &new.event,
+        new.targets[0].clone(),
+        new.event.created_at,
+    )
+}
+
+/// The delivery ids a list answers (`query` after `?`), in its order.
+async fn listed(stack: &Stack, query: &str) -> Vec<String> {
+    let path = format!("/v1/apps/shop/deliveries?{query}");
+    let (status, _, body) = stack.call("GET", &path, None, &[]).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|d| d["id"].as_str().expect("an id").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_of_the_earlier_shape_are_listed_moved_and_reconciled() {
+    let stack = Stack::start(&[
+        ("WEBHOOKS_RECONCILE_AFTER", "7s"),
+        ("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", "7s"),
+    ])
+    .await;
+    let a = Receiver::healthy().await;
+    let (endpoint, _) = stack.subscribe("shop", &a).await;
+
+    // Two listed events; the earlier version attempted both deliveries:
+    // the first was delivered, the second failed once and waits for its
+    // retry, whose message is lost (due a while ago: the overdue index).
+    let (first, second) = (plan(&stack, 1).await, plan(&stack, 2).await);
+    for new in [&first, &second] {
+        assert_eq!(
+            stack.store.commit_event(new).await.expect("commit"),
+            hookline_pipeline::ports::CommitOutcome::Committed
+        );
+    }
+    let now = chrono::Utc::now();
+    let mut done = first_listed(&first);
+    done.status = DeliveryStatus::Delivered;
+    done.attempt_count = 1;
+    done.version = 1;
+    done.next_attempt_at = None;
+    let mut waiting = first_listed(&second);
+    waiting.attempt_count = 1;
+    waiting.version = 1;
+    waiting.next_attempt_at = Some(now - chrono::TimeDelta::seconds(1));
+    put_legacy_delivery(&stack, &done).await;
+    put_legacy_delivery(&stack, &waiting).await;
+    // Their stream records (the events', the pending item's: the stream
+    // filter passes no delivered one) are lost.
+    let dropped = stack.next_stream_event().await.expect("stream records");
+    assert_eq!(dropped["Records"].as_array().expect("records").len(), 3);
+    let (done_id, waiting_id) = (done.id.to_string(), waiting.id.to_string());
+
+    // Listed through their index copies, each once, with every filter.
+    let both = vec![waiting_id.clone(), done_id.clone()];
+    assert_eq!(listed(&stack, "").await, both);
+    assert_eq!(
+        listed(&stack, &format!("endpoint_id={endpoint}")).await,
+        both
+    );
+    assert_eq!(
+        listed(&stack, "status=delivered").await,
+        vec![done_id.clone()]
+    );
+    assert_eq!(
+        listed(&stack, "status=pending").await,
+        vec![waiting_id.clone()]
+    );
+    assert_eq!(
+        listed(&stack, &format!("endpoint_id={endpoint}&status=pending")).await,
+        vec![waiting_id.clone()]
+    );
+
+    // The reconciler finds the waiting one through its overdue entry (which
+    // does not name the app), moves it to its app's partition and
+    // re-queues it; the sweep finds both listed deliveries written (one at
+    // its earlier key): nothing else is sent.
+    sleep_until_overdue().await;
+    let report = stack.reconcile().await.expect("reconcile");
+    assert_eq!(
+        (report.requeued, report.listed_requeued),
+        (1, 0),
+        "{report:?}"
+    );
+    assert!(
+        stack
+            .pump_until_all(
+                std::slice::from_ref(&waiting_id),
+                DeliveryStatus::Delivered,
+                T
+            )
+            .await
+    );
+    assert_eq!((a.unique_accepted(), a.duplicates()), (1, 0));
+
+    // Read by id through the API, the delivered one moves too: its item of
+    // the earlier shape (and its index copies) gone, one in the app's
+    // partition with no index copy; the lists still show each once.
+    let (status, _, body) = stack
+        .call(
+            "GET",
+            &format!("/v1/apps/shop/deliveries/{done_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("delivered")),
+        "{body}"
+    );
+    let (status, _, _) = stack
+        .call(
+            "GET",
+            &format!("/v1/apps/other/deliveries/{done_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 404, "another app's delivery is not found");
+    for d in [&done, &waiting] {
+        let (pk, sk) = schema::legacy_delivery_key(&d.id);
+        assert!(raw(&stack, &pk, &sk).await.is_none(), "{pk} moved");
+        let (pk, sk) = schema::delivery_key(&d.app_id, &d.id);
+        let item = raw(&stack, &pk, &sk).await.expect("the moved item");
+        for attr in ["GSI1PK", "GSI2PK", "GSI3PK"] {
+            assert!(!item.contains_key(attr), "{pk}: {attr}");
+        }
+    }
+    assert_eq!(listed(&stack, "").await, both);
+    assert_eq!(listed(&stack, "status=delivered").await, both);
+    assert!(listed(&stack, "status=pending").await.is_empty());
+    let again = stack.reconcile().await.expect("reconcile");
+    assert_eq!((again.requeued, again.listed_requeued), (0, 0), "{again:?}");
+    assert_eq!((a.unique_accepted(), a.duplicates()), (1, 0));
+    record_figures(
+        "migration",
+        "deliveries of the earlier table shape (own partition + GSI1/GSI2 copies): listed with every filter, the lost retry found by the reconciler through its overdue entry and delivered, both moved to their app's partition when read by id, 0 re-sent, 0 duplicates",
+    );
+}
+
+async fn raw(stack: &Stack, pk: &str, sk: &str) -> Option<HashMap<String, AttributeValue>> {
+    stack
+        .clients
+        .dynamodb
+        .get_item()
+        .table_name(&stack.settings.table)
+        .key("PK", AttributeValue::S(pk.to_owned()))
+        .key("SK", AttributeValue::S(sk.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("GetItem on moto")
+        .item
+}

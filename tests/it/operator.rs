@@ -340,7 +340,7 @@ async fn bulk_recover_and_time_range_filters() {
 /// more" one page too soon (seen once in CI as the oldest delivery missing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
-    use hookline_aws::schema::shard_of;
+    use hookline_aws::schema::delivery_shard;
     use hookline_aws::DynamoStore;
     use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
     use hookline_core::model::{Delivery, Event, EventType};
@@ -357,12 +357,16 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
     let start = Utc::now() - chrono::Duration::seconds(1);
     let payload = serde_json::value::RawValue::from_string("{}".to_owned()).unwrap();
     let mut rng = rand::thread_rng();
-    let mut ids = Vec::new();
+    // Failed deliveries to `endpoint`, interleaved with delivered ones to
+    // another endpoint in the same partition: the filtered lists read past
+    // those (the app's partitions) or never see them (the by-status index).
+    let other = EndpointId::generate();
+    let (mut ids, mut noise) = (Vec::new(), Vec::new());
     let mut at = start + chrono::Duration::milliseconds(10);
     while ids.len() < 7 {
         at += chrono::Duration::milliseconds(3);
         let id = DeliveryId::new(at, &mut rng);
-        if shard_of(&id) != 0 {
+        if delivery_shard(&id) != 0 {
             continue;
         }
         let event = Event::new(
@@ -372,22 +376,36 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
             &payload,
             at,
         );
-        let mut delivery = Delivery::new(id.clone(), &event, endpoint.clone(), at);
-        delivery.status = DeliveryStatus::Failed;
+        let is_noise = noise.len() < ids.len();
+        let target = if is_noise { &other } else { &endpoint };
+        let mut delivery = Delivery::new(id.clone(), &event, target.clone(), at);
+        delivery.status = if is_noise {
+            DeliveryStatus::Delivered
+        } else {
+            DeliveryStatus::Failed
+        };
         delivery.next_attempt_at = None;
         assert!(store.update_delivery(&delivery, 0).await.unwrap());
-        ids.push(id);
+        if is_noise {
+            noise.push(id);
+        } else {
+            ids.push(id);
+        }
     }
     ids.reverse();
-    for (label, base) in [
+    noise.reverse();
+    let mut all: Vec<_> = ids.iter().chain(&noise).cloned().collect();
+    all.sort_by(|a, b| b.cmp(a));
+    for (label, base, expected) in [
         (
             "time window",
             DeliveryQuery {
                 created_after: Some(start),
                 ..DeliveryQuery::default()
             },
+            &all,
         ),
-        ("cursor only", DeliveryQuery::default()),
+        ("cursor only", DeliveryQuery::default(), &all),
         (
             "endpoint and window",
             DeliveryQuery {
@@ -395,6 +413,7 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
                 created_after: Some(start),
                 ..DeliveryQuery::default()
             },
+            &ids,
         ),
         (
             "status and window",
@@ -403,6 +422,24 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
                 created_after: Some(start),
                 ..DeliveryQuery::default()
             },
+            &ids,
+        ),
+        (
+            "delivered",
+            DeliveryQuery {
+                status: Some(DeliveryStatus::Delivered),
+                ..DeliveryQuery::default()
+            },
+            &noise,
+        ),
+        (
+            "other endpoint, failed: none",
+            DeliveryQuery {
+                endpoint_id: Some(other.clone()),
+                status: Some(DeliveryStatus::Failed),
+                ..DeliveryQuery::default()
+            },
+            &Vec::new(),
         ),
     ] {
         for limit in 1..=3 {
@@ -411,7 +448,7 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
                 limit,
                 ..base.clone()
             };
-            for _ in 0..=ids.len() {
+            for _ in 0..=all.len() {
                 let page = store.list_deliveries(&app, &q).await.unwrap();
                 assert!(page.items.len() <= limit);
                 seen.extend(page.items.into_iter().map(|d| d.id));
@@ -420,7 +457,7 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
                     None => break,
                 }
             }
-            assert_eq!(seen, ids, "{label}, limit {limit}");
+            assert_eq!(&seen, expected, "{label}, limit {limit}");
         }
     }
 }

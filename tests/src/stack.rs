@@ -240,6 +240,14 @@ impl Stack {
         )
     }
 
+    /// The table key (`PK`, `SK`) of a delivery's item.
+    pub fn delivery_key(app: &str, delivery_id: &str) -> (String, String) {
+        hookline_aws::schema::delivery_key(
+            &hookline_core::ids::AppId::parse(app).expect("an app id"),
+            &hookline_core::ids::DeliveryId::parse(delivery_id).expect("a delivery id"),
+        )
+    }
+
     /// Sets an attribute of a raw item (tests that move clocks or tamper).
     pub async fn set_attribute(
         &self,

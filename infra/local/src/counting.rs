@@ -133,29 +133,41 @@ fn update_wru(update: &Value, factor: f64) -> f64 {
         .get("UpdateExpression")
         .and_then(Value::as_str)
         .unwrap_or("");
-    // Deliveries carry both GSI keys: each update rewrites both GSI copies;
-    // a status change (GSI2PK set) also deletes the old GSI2 entry.
-    let is_delivery = update
+    let (set_part, remove_part) = expression
+        .split_once(" REMOVE ")
+        .unwrap_or((expression, ""));
+    let pk = update
         .get("Key")
         .and_then(|k| k.get("PK"))
         .and_then(|pk| pk.get("S"))
         .and_then(Value::as_str)
-        .is_some_and(|pk| pk.starts_with("DLV#"));
-    let gsi = if is_delivery {
+        .unwrap_or("");
+    let gsi = if pk.starts_with("DLV#") {
+        // An earlier-shape delivery carries both GSI keys: each update
+        // rewrites both GSI copies; a status change (GSI2PK set) also
+        // deletes the old GSI2 entry.
         2.0 * units
             + if expression.contains("GSI2PK") {
                 1.0
             } else {
                 0.0
             }
+    } else if pk.starts_with("DLA#") {
+        // A delivery in its app's partition is in the by-status index
+        // (ALL) only while not delivered: an entry set is written (a move's
+        // delete is not known here), one removed is deleted.
+        if set_part.contains("GSI2PK") {
+            units
+        } else if remove_part.contains("GSI2PK") {
+            1.0
+        } else {
+            0.0
+        }
     } else {
         0.0
     };
     // The KEYS_ONLY overdue index: an entry set (added or moved: counted as
     // one put, a move's delete is not known here) or removed (one delete).
-    let (set_part, remove_part) = expression
-        .split_once(" REMOVE ")
-        .unwrap_or((expression, ""));
     let overdue = if set_part.contains("GSI3PK") {
         1.0
     } else {
@@ -267,6 +279,17 @@ mod tests {
         );
         let update = json!({"Key": {"PK": {"S": "DLV#x"}}, "UpdateExpression": "SET GSI2PK = :s", "ExpressionAttributeValues": {":s": {"S": "x"}}});
         assert_eq!(dynamodb_capacity("UpdateItem", &update).0, 1.0 + 2.0 + 1.0);
+        // A delivery in its app's partition: its by-status copy only while
+        // not delivered.
+        let delivered = json!({"PK": {"S": "DLA#a#1"}, "SK": {"S": "x"}});
+        assert_eq!(
+            dynamodb_capacity("PutItem", &json!({"Item": delivered})).0,
+            1.0
+        );
+        let failing = json!({"Key": {"PK": {"S": "DLA#a#1"}}, "UpdateExpression": "SET GSI2PK = :s, GSI2SK = :t", "ExpressionAttributeValues": {":s": {"S": "x"}, ":t": {"S": "y"}}});
+        assert_eq!(dynamodb_capacity("UpdateItem", &failing).0, 1.0 + 1.0);
+        let done = json!({"Key": {"PK": {"S": "DLA#a#1"}}, "UpdateExpression": "SET a = :s REMOVE GSI2PK, GSI2SK", "ExpressionAttributeValues": {":s": {"S": "x"}}});
+        assert_eq!(dynamodb_capacity("UpdateItem", &done).0, 1.0 + 1.0);
         assert_eq!(
             dynamodb_capacity("GetItem", &json!({"ConsistentRead": true})).1,
             1.0

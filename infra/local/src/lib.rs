@@ -41,8 +41,9 @@ use crate::clients::{function_clients, local_sdk_config, SourceClients};
 pub use crate::resources::LocalResources;
 pub use crate::sources::{PollStats, QueueSource, StreamSource};
 pub use crate::template::Template;
+use aws_sdk_dynamodb::types::AttributeValue;
 use hookline_aws::{DynamoStore, SqsQueue};
-use hookline_core::ids::DeliveryId;
+use hookline_core::ids::{AppId, DeliveryId};
 use hookline_core::model::Delivery;
 use hookline_ingest::{apigw, Api, ApiKeys};
 use hookline_pipeline::deliver::Deliverer;
@@ -443,9 +444,49 @@ impl LocalStack {
         Ok(self.queue_source.event_json(&messages))
     }
 
+    /// A delivery by id alone (tests): its app is its event's, or, for a
+    /// delivery of a materialised fan-out (an id that does not name its
+    /// event), the app of the item found by a scan of the local table.
     pub async fn delivery(&self, id: &str) -> Option<Delivery> {
         let id = DeliveryId::parse(id).ok()?;
-        self.store.get_delivery(&id).await.ok().flatten()
+        // An id that does not name its event may still look as if it did.
+        let by_event = match id.fanout_origin() {
+            Some((event, _)) => self
+                .store
+                .get_event(&event)
+                .await
+                .ok()
+                .flatten()
+                .map(|stored| stored.event.app_id),
+            None => None,
+        };
+        let app = match by_event {
+            Some(app) => app,
+            None => self.app_of_delivery_item(&id).await?,
+        };
+        self.store.get_delivery(&app, &id).await.ok().flatten()
+    }
+
+    async fn app_of_delivery_item(&self, id: &DeliveryId) -> Option<AppId> {
+        let mut start = None;
+        loop {
+            let page = self
+                .store
+                .client()
+                .scan()
+                .table_name(self.store.table())
+                .filter_expression("SK = :id OR PK = :legacy")
+                .expression_attribute_values(":id", AttributeValue::S(id.to_string()))
+                .expression_attribute_values(":legacy", AttributeValue::S(format!("DLV#{id}")))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .ok()?;
+            if let Some(item) = page.items.unwrap_or_default().into_iter().next() {
+                return AppId::parse(item.get("app_id")?.as_s().ok()?).ok();
+            }
+            start = Some(page.last_evaluated_key.filter(|k| !k.is_empty())?);
+        }
     }
 
     pub async fn dlq_depth(&self) -> u64 {

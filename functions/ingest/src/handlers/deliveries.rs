@@ -108,9 +108,8 @@ async fn delivery_of<S: Store, Q>(
 ) -> Result<Delivery, ApiError> {
     Ok(api
         .store
-        .get_delivery(&path.delivery_id)
+        .get_delivery(&path.app_id, &path.delivery_id)
         .await?
-        .filter(|d| d.app_id == path.app_id)
         .ok_or(PipelineError::NotFound("delivery"))?)
 }
 

@@ -5,7 +5,8 @@
 //! | endpoint | `APP#{app}` | `EP#{endpoint}` | | |
 //! | event (with its listed fan-out) | `EVD#{creation day}#{shard}` | `{event}` | | |
 //! | event written by an earlier version | `EVT#{event}` | `EVT` | | |
-//! | delivery | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
+//! | delivery | `DLA#{app}#{shard}` | `{delivery}` | | `ST#{app}#{status}#{shard}` / `{delivery}`, unless delivered |
+//! | delivery written by an earlier version | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
 //! | endpoint stats, per hour | `STATS#{app}#{endpoint}` | `H#{hour}` | | |
@@ -19,6 +20,18 @@
 //! a read by id falls back to the event). Accepting an event is one item.
 //! Its body is stored compressed (`body_z`, raw DEFLATE) when that is
 //! smaller, as text (`body`) otherwise: writes are billed per started KB.
+//!
+//! An app's deliveries are kept in the table itself, in
+//! [`DELIVERY_SHARDS`] partitions sorted by delivery id (time): the list of
+//! an app's deliveries, by endpoint, event type or time, is a query of
+//! those partitions (filtered on the item's own attributes), with no index
+//! copy per delivery. Only deliveries that are not delivered (pending or
+//! failed: the ones an operator looks for) have a copy in the by-status
+//! index GSI2, so the list of failures is read from the index, not filtered
+//! out of everything delivered. Items of the earlier shape (`DLV#{id}`,
+//! with their GSI1 and GSI2 copies) are still listed through those indexes
+//! and are moved to their app's partition the first time they are read by
+//! id ([`legacy_delivery_key`]).
 //!
 //! Events are kept by time in the table itself: each creation day's events
 //! are spread over [`EVENT_SHARDS`] partitions sorted by event id (which
@@ -52,8 +65,9 @@
 //! event expires `retention` after creation, pushed back when one of its
 //! deliveries is restarted by hand; settings refuse a retention shorter than
 //! the longest retry window.
-//! Deliveries and events each have their own partition (no hot partition per
-//! app). The GSI partition keys are sharded by a hash of the delivery id into
+//! Deliveries are spread over their app's [`DELIVERY_SHARDS`] partitions,
+//! events over their day's [`EVENT_SHARDS`] (no hot partition per app). The
+//! GSI partition keys are sharded by a hash of the delivery id into
 //! [`SHARDS`] so one busy endpoint or app spreads its writes; a list query
 //! reads the shards and merges by the (time-ordered) delivery id. No request
 //! path scans. `expires_at` (epoch seconds) is the TTL attribute; `kind` tells
@@ -145,10 +159,51 @@ pub fn event_id_of_key(pk: &str, sk: &str) -> Option<EventId> {
             .and_then(|id| EventId::parse(id).ok())
     }
 }
-pub fn delivery_pk(id: &DeliveryId) -> String {
-    format!("DLV#{id}")
+/// Partitions of each app's deliveries (see [`delivery_key`]): about 8000
+/// delivery writes a second per app before one throttles.
+pub const DELIVERY_SHARDS: u32 = 8;
+
+/// Where a delivery item is: one of its app's partitions
+/// (`DLA#{app}#{shard}`, by a hash of the id), sorted by its id (which
+/// starts with its creation time), so the app's delivery lists are queries
+/// of the table and no index copy is written per delivery.
+pub fn delivery_key(app: &AppId, id: &DeliveryId) -> (String, String) {
+    (
+        app_deliveries_pk(app, delivery_shard(id)),
+        id.as_str().to_owned(),
+    )
 }
-pub const DELIVERY_SK: &str = "DLV";
+
+/// Which of its app's partitions a delivery is in.
+pub fn delivery_shard(id: &DeliveryId) -> u32 {
+    hash_mod(id.as_str(), DELIVERY_SHARDS)
+}
+
+/// The partition `shard` of an app's deliveries.
+pub fn app_deliveries_pk(app: &AppId, shard: u32) -> String {
+    format!("DLA#{app}#{shard}")
+}
+
+/// Where a delivery item written by an earlier version is (`DLV#{id}` /
+/// `DLV`, with GSI1 and GSI2 copies). Such an item is moved to
+/// [`delivery_key`] when it is first read by id; until then (or until it
+/// expires) the lists read it through its index copies.
+pub fn legacy_delivery_key(id: &DeliveryId) -> (String, String) {
+    (format!("DLV#{id}"), LEGACY_DELIVERY_SK.to_owned())
+}
+pub const LEGACY_DELIVERY_SK: &str = "DLV";
+
+/// The delivery a table key names, and its app when the key says it (an
+/// earlier-shape key does not).
+pub fn delivery_of_key(pk: &str, sk: &str) -> Option<(Option<AppId>, DeliveryId)> {
+    if let Some(rest) = pk.strip_prefix("DLA#") {
+        let (app, _shard) = rest.rsplit_once('#')?;
+        Some((Some(AppId::parse(app).ok()?), DeliveryId::parse(sk).ok()?))
+    } else {
+        let id = pk.strip_prefix("DLV#")?;
+        Some((None, DeliveryId::parse(id).ok()?))
+    }
+}
 pub fn idempotency_pk(app: &AppId, key: &str) -> String {
     format!("IDEM#{app}#{key}")
 }
@@ -333,16 +388,13 @@ struct DeliveryItem<'a> {
     #[serde(rename = "PK")]
     pk: String,
     #[serde(rename = "SK")]
-    sk: &'static str,
+    sk: String,
     kind: &'static str,
-    #[serde(rename = "GSI1PK")]
-    gsi1pk: String,
-    #[serde(rename = "GSI1SK")]
-    gsi1sk: &'a str,
-    #[serde(rename = "GSI2PK")]
-    gsi2pk: String,
-    #[serde(rename = "GSI2SK")]
-    gsi2sk: &'a str,
+    /// The by-status index, unless delivered (see [`status_index_key`]).
+    #[serde(rename = "GSI2PK", skip_serializing_if = "Option::is_none")]
+    gsi2pk: Option<String>,
+    #[serde(rename = "GSI2SK", skip_serializing_if = "Option::is_none")]
+    gsi2sk: Option<&'a str>,
     #[serde(flatten)]
     delivery: &'a Delivery,
     /// The overdue index, while pending.
@@ -582,23 +634,31 @@ pub fn delivery_item(
     delivery: &Delivery,
     retention: std::time::Duration,
 ) -> Result<Item, PipelineError> {
-    let shard = shard_of(&delivery.id);
+    let (pk, sk) = delivery_key(&delivery.app_id, &delivery.id);
+    let indexed = status_index_key(delivery);
     to_item(
         "delivery",
         &DeliveryItem {
-            pk: delivery_pk(&delivery.id),
-            sk: DELIVERY_SK,
+            pk,
+            sk,
             kind: KIND_DELIVERY,
-            gsi1pk: by_endpoint_pk(&delivery.endpoint_id, shard),
-            gsi1sk: delivery.id.as_str(),
-            gsi2pk: by_status_pk(&delivery.app_id, delivery.status, shard),
-            gsi2sk: delivery.id.as_str(),
+            gsi2sk: indexed.as_ref().map(|_| delivery.id.as_str()),
+            gsi2pk: indexed,
             delivery,
             gsi3pk: delivery_due(delivery).map(|_| due_pk(delivery.id.as_str())),
             gsi3sk: delivery_due(delivery).map(|at| due_sk(at, delivery.id.as_str())),
             expires_at: delivery_expiry(delivery, retention),
         },
     )
+}
+
+/// A delivery's partition in the by-status index (GSI2), sorted by its id:
+/// only deliveries that are not delivered are there (most deliveries are
+/// delivered: the app's partitions list those, filtered; the index keeps
+/// the pending and failed ones findable without reading past them).
+pub fn status_index_key(delivery: &Delivery) -> Option<String> {
+    (delivery.status != DeliveryStatus::Delivered)
+        .then(|| by_status_pk(&delivery.app_id, delivery.status, shard_of(&delivery.id)))
 }
 
 /// When a delivery is due, for the overdue index: pending ones only.
@@ -847,6 +907,54 @@ mod tests {
 
     /// Events are in their creation day's partitions, sorted by id; only a
     /// deferred fan-out or a listed one written late is indexed.
+    #[test]
+    fn deliveries_live_in_their_apps_partitions_and_only_undelivered_ones_are_indexed() {
+        let (_, mut delivery, _) = sample();
+        let retention = Duration::from_secs(86400);
+        let (pk, sk) = delivery_key(&delivery.app_id, &delivery.id);
+        assert_eq!(pk, format!("DLA#shop#{}", delivery_shard(&delivery.id)));
+        assert_eq!(sk, delivery.id.as_str());
+        assert_eq!(
+            delivery_of_key(&pk, &sk),
+            Some((Some(delivery.app_id.clone()), delivery.id.clone()))
+        );
+        let (legacy_pk, legacy_sk) = legacy_delivery_key(&delivery.id);
+        assert_eq!(
+            delivery_of_key(&legacy_pk, &legacy_sk),
+            Some((None, delivery.id.clone()))
+        );
+        assert_eq!(
+            delivery_of_key("EVD#20261202#1", delivery.id.as_str()),
+            None
+        );
+        // Every app partition is used.
+        let shards: std::collections::BTreeSet<u32> = (0..400)
+            .map(|_| delivery_shard(&DeliveryId::generate()))
+            .collect();
+        assert_eq!(shards.len(), DELIVERY_SHARDS as usize);
+
+        let has = |item: &Item, attr: &str| item.contains_key(attr);
+        // Pending: the by-status and overdue indexes, no TTL.
+        let item = delivery_item(&delivery, retention).unwrap();
+        assert_eq!(
+            item.get("PK"),
+            Some(&serde_dynamo::AttributeValue::S(pk.clone()))
+        );
+        assert!(has(&item, "GSI2PK") && has(&item, "GSI2SK") && has(&item, "GSI3PK"));
+        assert!(!has(&item, "GSI1PK") && !has(&item, "expires_at"));
+        // Failed: the by-status index only.
+        delivery.status = DeliveryStatus::Failed;
+        let item = delivery_item(&delivery, retention).unwrap();
+        assert!(has(&item, "GSI2PK") && !has(&item, "GSI3PK") && has(&item, "expires_at"));
+        // Delivered: no index copy at all.
+        delivery.status = DeliveryStatus::Delivered;
+        let item = delivery_item(&delivery, retention).unwrap();
+        for attr in ["GSI1PK", "GSI2PK", "GSI2SK", "GSI3PK"] {
+            assert!(!has(&item, attr), "{attr}");
+        }
+        assert_eq!(delivery_from_item(item).unwrap(), delivery);
+    }
+
     #[test]
     fn events_live_in_day_partitions_and_are_indexed_only_when_needed() {
         use chrono::TimeZone;

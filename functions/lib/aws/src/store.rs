@@ -67,6 +67,95 @@ struct SweepMarks {
     event_marks: Vec<String>,
 }
 
+/// An overdue-index entry as read: an earlier-shape delivery's entry does
+/// not name its app.
+enum OverdueEntry {
+    Known(Overdue),
+    LegacyDelivery(DeliveryId),
+}
+
+/// Items one list source reads at most per request (a filtered list
+/// whose matches are rare answers fewer than asked, with a cursor).
+const LIST_READ_BUDGET: usize = 2000;
+
+/// One partition a delivery list reads: the table's (`index` none) or an
+/// index's, with equality filters on the items' attributes (`PK`: a prefix).
+struct ListSource {
+    index: Option<&'static str>,
+    key: String,
+    filter: Vec<(&'static str, String)>,
+}
+
+/// The partitions a delivery list reads: the app's own (filtered by
+/// endpoint, status, event type), the by-status index for pending or
+/// failed deliveries, and the index copies of earlier-shape items
+/// (`DLV#`), which are not in the app's partitions.
+fn list_sources(app: &AppId, q: &DeliveryQuery) -> Vec<ListSource> {
+    let mut common = Vec::new();
+    if let Some(t) = &q.event_type {
+        common.push(("event_type", t.clone()));
+    }
+    let by_status = |status: DeliveryStatus, filter: Vec<(&'static str, String)>| {
+        (0..SHARDS).map(move |shard| ListSource {
+            index: Some(GSI_BY_STATUS),
+            key: by_status_pk(app, status, shard),
+            filter: filter.clone(),
+        })
+    };
+    let app_partitions = |filter: Vec<(&'static str, String)>| {
+        (0..DELIVERY_SHARDS).map(move |shard| ListSource {
+            index: None,
+            key: app_deliveries_pk(app, shard),
+            filter: filter.clone(),
+        })
+    };
+    let status_filter = q
+        .status
+        .map(|st| ("status", st.as_str().to_owned()))
+        .into_iter();
+    match (&q.endpoint_id, q.status) {
+        (Some(endpoint), _) => {
+            let mut filter = common.clone();
+            filter.extend(status_filter);
+            let mut own = filter.clone();
+            own.push(("endpoint_id", endpoint.as_str().to_owned()));
+            app_partitions(own)
+                .chain((0..SHARDS).map(|shard| ListSource {
+                    index: Some(GSI_BY_ENDPOINT),
+                    key: by_endpoint_pk(endpoint, shard),
+                    filter: filter.clone(),
+                }))
+                .collect()
+        }
+        // Every one that is not delivered has an index copy.
+        (None, Some(status)) if status != DeliveryStatus::Delivered => {
+            by_status(status, common).collect()
+        }
+        (None, Some(status)) => {
+            let mut own = common.clone();
+            own.extend(status_filter);
+            app_partitions(own)
+                .chain(by_status(status, common))
+                .collect()
+        }
+        (None, None) => {
+            let mut legacy = common.clone();
+            legacy.push((PK, "DLV#".to_owned()));
+            app_partitions(common)
+                .chain(
+                    [
+                        DeliveryStatus::Pending,
+                        DeliveryStatus::Delivered,
+                        DeliveryStatus::Failed,
+                    ]
+                    .into_iter()
+                    .flat_map(|status| by_status(status, legacy.clone())),
+                )
+                .collect()
+        }
+    }
+}
+
 /// The table key (`PK`, `SK`) of an index entry (KEYS_ONLY entries carry it).
 fn table_key_of(item: &HashMap<String, AttributeValue>) -> Option<HashMap<String, AttributeValue>> {
     let pk = item.get(PK)?.as_s().ok()?;
@@ -488,6 +577,43 @@ impl DynamoStore {
         Ok((out, None))
     }
 
+    /// Moves a delivery item of the earlier shape (`DLV#{id}`) to its app's
+    /// partition, in one transaction: the item written there unless one
+    /// is, the old one deleted unless it changed since it was read (its
+    /// index copies go with it). `Ok(false)`: another reader moved it or a
+    /// writer changed it first (read it again).
+    async fn move_legacy_delivery(&self, delivery: &Delivery) -> Result<bool> {
+        let (legacy_pk, legacy_sk) = legacy_delivery_key(&delivery.id);
+        let put = outbox::put_if_absent(
+            &self.table,
+            schema::delivery_item(delivery, self.retention)?,
+        )?;
+        let delete = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(legacy_pk, &legacy_sk)))
+            .condition_expression(version_condition(delivery.version))
+            .expression_attribute_values(
+                ":expected_version",
+                AttributeValue::N(delivery.version.to_string()),
+            )
+            .build()
+            .map_err(|e| corrupt("delete", e))?;
+        match self
+            .transact(vec![
+                TransactWriteItem::builder().put(put).build(),
+                TransactWriteItem::builder().delete(delete).build(),
+            ])
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(delivery_id = %delivery.id, app_id = %delivery.app_id, "delivery item of the earlier shape moved to its app's partition");
+                Ok(true)
+            }
+            Err(TransactFailure::Conditions(_) | TransactFailure::Contended) => Ok(false),
+            Err(TransactFailure::Other(err)) => Err(err),
+        }
+    }
+
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
         let _g = self.guard().await;
         let out = self
@@ -710,23 +836,29 @@ impl DynamoStore {
     }
 
     /// Up to `limit` entries of one overdue-index shard due before `below`,
-    /// oldest first, with their sort keys (due time first).
+    /// oldest first, with their sort keys (due time first). A delivery of
+    /// the earlier shape comes without its app (its key does not say it).
     async fn overdue_in_shard(
         &self,
         shard: u32,
         below: &str,
         limit: usize,
-    ) -> Result<Vec<(String, Overdue)>> {
+    ) -> Result<Vec<(String, OverdueEntry)>> {
         self.gsi3_range(due_pk_of_shard(shard), "", below, limit, |item, sk| {
             // A KEYS_ONLY entry always has the table key.
             let pk = item.get(PK).and_then(|v| v.as_s().ok())?;
-            let entry = if let Some(id) = pk.strip_prefix("DLV#") {
-                DeliveryId::parse(id).ok().map(Overdue::Delivery)
+            let table_sk = item.get(SK).and_then(|v| v.as_s().ok())?;
+            let entry = if let Some((app, id)) = schema::delivery_of_key(pk, table_sk) {
+                Some(match app {
+                    Some(app) => OverdueEntry::Known(Overdue::Delivery(app, id)),
+                    None => OverdueEntry::LegacyDelivery(id),
+                })
             } else if pk.starts_with("EVT#") || pk.starts_with("EVD#") {
-                let sk = item.get(SK).and_then(|v| v.as_s().ok())?;
-                event_id_of_key(pk, sk).map(Overdue::Event)
+                event_id_of_key(pk, table_sk).map(|id| OverdueEntry::Known(Overdue::Event(id)))
             } else if let Some(id) = pk.strip_prefix("RPL#") {
-                ReplayId::parse(id).ok().map(Overdue::Replay)
+                ReplayId::parse(id)
+                    .ok()
+                    .map(|id| OverdueEntry::Known(Overdue::Replay(id)))
             } else {
                 None
             }?;
@@ -735,42 +867,78 @@ impl DynamoStore {
         .await
     }
 
-    /// Queries every shard key of a GSI, newest first, for sort keys (delivery
-    /// ids) in `[lowest, below)`, and merges the results by id.
-    #[allow(clippy::too_many_arguments)]
-    async fn query_sharded(
+    /// The apps of earlier-shape delivery items (by id), read from the
+    /// items; one gone meanwhile is left out.
+    async fn apps_of_legacy_deliveries(
         &self,
-        index: &str,
-        pk_attr: &str,
-        sk_attr: &str,
-        keys: &[String],
+        ids: &[DeliveryId],
+    ) -> Result<HashMap<DeliveryId, AppId>> {
+        let keys = ids
+            .iter()
+            .map(|id| {
+                let (pk, sk) = legacy_delivery_key(id);
+                Self::key(pk, &sk)
+            })
+            .collect();
+        let items = self.batch_get(keys, false, Some("id, app_id")).await?;
+        let mut apps = HashMap::new();
+        for item in items {
+            #[derive(serde::Deserialize)]
+            struct Owner {
+                id: DeliveryId,
+                app_id: AppId,
+            }
+            let owner: Owner =
+                serde_dynamo::from_item(item).map_err(|e| corrupt("delivery item", e))?;
+            apps.insert(owner.id, owner.app_id);
+        }
+        Ok(apps)
+    }
+
+    /// Up to `wanted` deliveries of one list source, newest first, with
+    /// ids in `[lowest, below)` and matching its filter, reading at most
+    /// [`LIST_READ_BUDGET`] items; with the id down to which the source
+    /// was read when it was not read to its end (everything at or above
+    /// that id is known).
+    async fn list_source(
+        &self,
+        source: &ListSource,
         lowest: Option<&DeliveryId>,
         below: Option<&DeliveryId>,
-        limit: i32,
-    ) -> Result<Vec<Delivery>> {
-        // BETWEEN is inclusive at both ends: the `below` id itself (a
-        // cursor) may come back and is dropped below, so read one more per
-        // key or the look-ahead that says "more follow" can be cut off and a
-        // cursor walk ends early, silently missing the oldest deliveries.
-        let per_key = if lowest.is_some() && below.is_some() {
-            limit.saturating_add(1)
-        } else {
-            limit
+        wanted: usize,
+    ) -> Result<(Vec<Delivery>, Option<String>)> {
+        let (pk_attr, sk_attr) = match source.index {
+            None => (PK, SK),
+            Some(GSI_BY_ENDPOINT) => ("GSI1PK", "GSI1SK"),
+            Some(_) => ("GSI2PK", "GSI2SK"),
         };
-        let mut all = Vec::new();
-        for key in keys {
-            let _g = self.guard().await;
+        let mut found = Vec::new();
+        let mut read = 0usize;
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            // Without a filter every item read is a match: read what is
+            // wanted (and one to know more follow); with one, read ahead.
+            let left = wanted.saturating_sub(found.len()) + 1;
+            let page = if source.filter.is_empty() {
+                left
+            } else {
+                (left * 4).max(100)
+            }
+            .min(LIST_READ_BUDGET.saturating_sub(read))
+            .max(1);
             let mut q = self
                 .client
                 .query()
                 .table_name(&self.table)
-                .index_name(index)
                 .scan_index_forward(false)
-                .limit(per_key)
+                .limit(i32::try_from(page).unwrap_or(1000))
+                .set_exclusive_start_key(start.take())
                 .expression_attribute_names("#pk", pk_attr)
-                .expression_attribute_values(":pk", s(key.clone()));
+                .expression_attribute_values(":pk", s(source.key.as_str()));
+            if let Some(index) = source.index {
+                q = q.index_name(index);
+            }
             q = match (lowest, below) {
-                // Inclusive of `hi`: filtered out after the query.
                 (Some(lo), Some(hi)) => q
                     .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
                     .expression_attribute_names("#sk", sk_attr)
@@ -786,17 +954,50 @@ impl DynamoStore {
                     .expression_attribute_values(":hi", s(hi.as_str())),
                 (None, None) => q.key_condition_expression("#pk = :pk"),
             };
-            let out = q.send().await.map_err(|e| store_error("Query", e))?;
+            if !source.filter.is_empty() {
+                let mut terms = Vec::new();
+                for (attr, value) in &source.filter {
+                    if *attr == PK {
+                        terms.push("begins_with(#pk_prefix, :legacy)".to_owned());
+                        q = q
+                            .expression_attribute_names("#pk_prefix", PK)
+                            .expression_attribute_values(":legacy", s(value.as_str()));
+                    } else {
+                        let (name, val) = (format!("#f_{attr}"), format!(":f_{attr}"));
+                        terms.push(format!("{name} = {val}"));
+                        q = q
+                            .expression_attribute_names(&name, *attr)
+                            .expression_attribute_values(&val, s(value.as_str()));
+                    }
+                }
+                q = q.filter_expression(terms.join(" AND "));
+            }
+            let out = {
+                let _g = self.guard().await;
+                q.send().await.map_err(|e| store_error("Query", e))?
+            };
+            read += usize::try_from(out.scanned_count).unwrap_or(0);
             for item in out.items.unwrap_or_default() {
                 let delivery = schema::delivery_from_item(Item::from(item))?;
+                // BETWEEN includes `hi` (a cursor): it was listed before.
                 if below.is_none_or(|hi| delivery.id < *hi) {
-                    all.push(delivery);
+                    found.push(delivery);
                 }
             }
+            let next = out.last_evaluated_key.filter(|k| !k.is_empty());
+            match next {
+                None => return Ok((found, None)),
+                Some(key) if found.len() > wanted || read >= LIST_READ_BUDGET => {
+                    let floor = key
+                        .get(sk_attr)
+                        .and_then(|v| v.as_s().ok())
+                        .cloned()
+                        .ok_or_else(|| corrupt("query page", "no sort key in its last key"))?;
+                    return Ok((found, Some(floor)));
+                }
+                Some(key) => start = Some(key),
+            }
         }
-        all.sort_by(|a, b| b.id.cmp(&a.id));
-        all.truncate(usize::try_from(limit).unwrap_or(0));
-        Ok(all)
     }
 
     async fn transact(
@@ -1378,57 +1579,42 @@ impl Store for DynamoStore {
 
     async fn list_deliveries(&self, app: &AppId, q: &DeliveryQuery) -> Result<DeliveryPage> {
         let limit = q.limit.clamp(1, 500);
-        // Read one more than asked per key to know whether more follow.
-        let per_key = i32::try_from(limit + 1).unwrap_or(501);
-        let (index, pk_attr, sk_attr, keys) = match (&q.endpoint_id, q.status) {
-            (Some(endpoint), _) => (
-                GSI_BY_ENDPOINT,
-                "GSI1PK",
-                "GSI1SK",
-                (0..SHARDS)
-                    .map(|shard| by_endpoint_pk(endpoint, shard))
-                    .collect::<Vec<_>>(),
-            ),
-            (None, status) => {
-                let statuses = match status {
-                    Some(status) => vec![status],
-                    None => vec![
-                        DeliveryStatus::Pending,
-                        DeliveryStatus::Delivered,
-                        DeliveryStatus::Failed,
-                    ],
-                };
-                let keys = statuses
-                    .into_iter()
-                    .flat_map(|status| {
-                        (0..SHARDS).map(move |shard| by_status_pk(app, status, shard))
-                    })
-                    .collect();
-                (GSI_BY_STATUS, "GSI2PK", "GSI2SK", keys)
-            }
-        };
-        let mut rows = self
-            .query_sharded(
-                index,
-                pk_attr,
-                sk_attr,
-                &keys,
-                q.lowest_id().as_ref(),
-                q.below_id().as_ref(),
-                per_key,
-            )
-            .await?;
-        let more = rows.len() > limit;
-        rows.truncate(limit);
-        let next_cursor = if more {
+        let sources = list_sources(app, q);
+        let (lowest, below) = (q.lowest_id(), q.below_id());
+        // Every source at once, each up to one more than asked (to know
+        // whether more follow).
+        let pages = futures::future::try_join_all(
+            sources
+                .iter()
+                .map(|source| self.list_source(source, lowest.as_ref(), below.as_ref(), limit)),
+        )
+        .await?;
+        // A source read only part way is known down to its floor: the
+        // merge keeps what every source has been read past.
+        let floor = pages.iter().filter_map(|(_, floor)| floor.clone()).max();
+        let mut rows: Vec<Delivery> = pages
+            .into_iter()
+            .flat_map(|(rows, _)| rows)
+            .filter(|d| floor.as_deref().is_none_or(|f| d.id.as_str() >= f))
+            .collect();
+        // Newest first; the app's partitions come first among equal ids
+        // (a delivery of the earlier shape moved meanwhile is listed once).
+        rows.sort_by(|a, b| b.id.cmp(&a.id));
+        rows.dedup_by(|a, b| a.id == b.id);
+        let next_cursor = if rows.len() > limit {
+            rows.truncate(limit);
             rows.last().map(|d| d.id.clone())
         } else {
-            None
+            floor
+                .map(|f| DeliveryId::parse(&f))
+                .transpose()
+                .map_err(|e| corrupt("delivery list", e))?
         };
         // Post-filters keep the page's window (so the cursor stays exact).
         rows.retain(|d| {
             &d.app_id == app
                 && q.status.is_none_or(|st| d.status == st)
+                && q.endpoint_id.as_ref().is_none_or(|ep| &d.endpoint_id == ep)
                 && q.event_type
                     .as_deref()
                     .is_none_or(|t| d.event_type.as_str() == t)
@@ -1448,49 +1634,76 @@ impl Store for DynamoStore {
         .await
     }
 
-    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
-        let Some((event_id, position)) = id.fanout_origin() else {
-            return self
-                .get(delivery_pk(id), DELIVERY_SK)
-                .await?
-                .map(schema::delivery_from_item)
-                .transpose();
-        };
-        // The delivery's item and the event that may list it, in one
-        // request: before its first attempt a listed delivery has no item.
-        let (event_pk, event_sk) = event_key(&event_id);
-        let items = self
-            .batch_get(
-                vec![
-                    Self::key(delivery_pk(id), DELIVERY_SK),
-                    Self::key(event_pk, &event_sk),
-                ],
-                true,
-                None,
-            )
-            .await?;
-        let mut event = None;
-        for item in items {
-            let is_delivery = item.get(PK).is_some_and(
-                |pk| matches!(pk, serde_dynamo::AttributeValue::S(pk) if pk.starts_with("DLV#")),
-            );
-            if is_delivery {
+    async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
+        // Its item, its item of the earlier shape, and (for a listed
+        // delivery, which has no item before its first attempt) the event
+        // that lists it: one request.
+        let (pk, sk) = delivery_key(app, id);
+        let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
+        let mut keys = vec![Self::key(pk, &sk), Self::key(legacy_pk, &legacy_sk)];
+        if let Some((event_id, _)) = id.fanout_origin() {
+            let (event_pk, event_sk) = event_key(&event_id);
+            keys.push(Self::key(event_pk, &event_sk));
+        }
+        let mut round = 0;
+        let event = loop {
+            let items = self.batch_get(keys.clone(), true, None).await?;
+            let (mut current, mut legacy, mut event) = (None, None, None);
+            for item in items {
+                match item.get(PK) {
+                    Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("DLA#") => {
+                        current = Some(item)
+                    }
+                    Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("DLV#") => {
+                        legacy = Some(item)
+                    }
+                    _ => event = Some(item),
+                }
+            }
+            if let Some(item) = current {
+                if legacy.is_some() {
+                    // Only an earlier version still running while this one
+                    // was deployed writes there now: the app's item is the one.
+                    tracing::warn!(delivery_id = %id, "a delivery item of the earlier shape next to its current one ignored");
+                }
                 return schema::delivery_from_item(item).map(Some);
             }
-            event = Some(schema::event_from_item(item)?);
-        }
-        if event.is_none() {
-            // An event of the earlier shape.
-            let (pk, sk) = legacy_event_key(&event_id);
-            event = self
-                .get(pk, &sk)
-                .await?
-                .map(schema::event_from_item)
-                .transpose()?;
-        }
+            let Some(item) = legacy else {
+                break event;
+            };
+            let delivery = schema::delivery_from_item(item)?;
+            if &delivery.app_id != app {
+                return Ok(None);
+            }
+            if self.move_legacy_delivery(&delivery).await? {
+                return Ok(Some(delivery));
+            }
+            // Another reader moved it, or a writer changed it: read again.
+            if round == 2 {
+                return Err(PipelineError::store(
+                    format!("delivery {id} kept changing while it was moved to its app's partition; retry"),
+                    true,
+                ));
+            }
+            round += 1;
+        };
+        let Some((event_id, position)) = id.fanout_origin() else {
+            return Ok(None);
+        };
+        let event = match event {
+            Some(item) => Some(schema::event_from_item(item)?),
+            None => {
+                // An event of the earlier shape.
+                let (pk, sk) = legacy_event_key(&event_id);
+                self.get(pk, &sk)
+                    .await?
+                    .map(schema::event_from_item)
+                    .transpose()?
+            }
+        };
         Ok(event
             .and_then(|e| e.listed_delivery(position))
-            .filter(|d| &d.id == id))
+            .filter(|d| &d.id == id && &d.app_id == app))
     }
 
     async fn update_delivery(&self, d: &Delivery, expected_version: u64) -> Result<bool> {
@@ -1512,7 +1725,7 @@ impl Store for DynamoStore {
                 .await;
             return condition_to_bool(result, "PutItem");
         }
-        let shard = shard_of(&d.id);
+        let (pk, sk) = delivery_key(&d.app_id, &d.id);
         let mut set = vec![
             "#status = :status",
             "attempt_count = :count",
@@ -1520,7 +1733,6 @@ impl Store for DynamoStore {
             "manual_retries = :manual",
             "attempts = :attempts",
             "updated_at = :updated",
-            "GSI2PK = :gsi2",
             "version = :version",
         ];
         let mut remove = Vec::new();
@@ -1528,7 +1740,7 @@ impl Store for DynamoStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(Self::key(delivery_pk(&d.id), DELIVERY_SK)))
+            .set_key(Some(Self::key(pk, &sk)))
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":status", s(d.status.as_str()))
             .expression_attribute_values(":count", AttributeValue::N(d.attempt_count.to_string()))
@@ -1536,8 +1748,17 @@ impl Store for DynamoStore {
             .expression_attribute_values(":manual", AttributeValue::N(d.manual_retries.to_string()))
             .expression_attribute_values(":attempts", av(&d.attempts)?)
             .expression_attribute_values(":updated", av(&d.updated_at)?)
-            .expression_attribute_values(":gsi2", s(by_status_pk(&d.app_id, d.status, shard)))
             .expression_attribute_values(":version", AttributeValue::N(d.version.to_string()));
+        // In the by-status index unless delivered.
+        match schema::status_index_key(d) {
+            Some(gsi2) => {
+                set.extend(["GSI2PK = :gsi2", "GSI2SK = :gsi2sk"]);
+                req = req
+                    .expression_attribute_values(":gsi2", s(gsi2))
+                    .expression_attribute_values(":gsi2sk", s(d.id.as_str()));
+            }
+            None => remove.extend(["GSI2PK", "GSI2SK"]),
+        }
         match d.next_attempt_at {
             Some(at) => {
                 set.push("next_attempt_at = :next");
@@ -1622,14 +1843,35 @@ impl Store for DynamoStore {
         // trip, not eight in a row), each up to `limit`; the merge keeps the
         // `limit` oldest over all shards.
         let shards = (0..DUE_SHARDS).map(|shard| self.overdue_in_shard(shard, &below, limit));
-        let mut due: Vec<(String, Overdue)> = futures::future::try_join_all(shards)
+        let mut due: Vec<(String, OverdueEntry)> = futures::future::try_join_all(shards)
             .await?
             .into_iter()
             .flatten()
             .collect();
         due.sort_by(|a, b| a.0.cmp(&b.0));
         due.truncate(limit);
-        Ok(due.into_iter().map(|(_, entry)| entry).collect())
+        let legacy: Vec<DeliveryId> = due
+            .iter()
+            .filter_map(|(_, entry)| match entry {
+                OverdueEntry::LegacyDelivery(id) => Some(id.clone()),
+                OverdueEntry::Known(_) => None,
+            })
+            .collect();
+        let apps = if legacy.is_empty() {
+            HashMap::new()
+        } else {
+            self.apps_of_legacy_deliveries(&legacy).await?
+        };
+        Ok(due
+            .into_iter()
+            .filter_map(|(_, entry)| match entry {
+                OverdueEntry::Known(entry) => Some(entry),
+                OverdueEntry::LegacyDelivery(id) => {
+                    let app = apps.get(&id)?.clone();
+                    Some(Overdue::Delivery(app, id))
+                }
+            })
+            .collect())
     }
 
     async fn sweep_events(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Sweep> {
@@ -1741,19 +1983,30 @@ impl Store for DynamoStore {
         Ok(())
     }
 
-    async fn delivery_items_among(&self, ids: &[DeliveryId]) -> Result<Vec<DeliveryId>> {
-        let keys = ids
+    async fn delivery_items_among(&self, deliveries: &[Delivery]) -> Result<Vec<DeliveryId>> {
+        // At either key: an item of the earlier shape is moved only when
+        // it is next read by id.
+        let keys = deliveries
             .iter()
-            .map(|id| Self::key(delivery_pk(id), DELIVERY_SK))
+            .flat_map(|d| {
+                let (pk, sk) = delivery_key(&d.app_id, &d.id);
+                let (legacy_pk, legacy_sk) = legacy_delivery_key(&d.id);
+                [Self::key(pk, &sk), Self::key(legacy_pk, &legacy_sk)]
+            })
             .collect();
-        let items = self.batch_get(keys, false, Some("PK")).await?;
+        let items = self.batch_get(keys, false, Some("PK, SK")).await?;
         Ok(items
             .iter()
-            .filter_map(|item| match item.get(PK) {
-                Some(serde_dynamo::AttributeValue::S(pk)) => pk
-                    .strip_prefix("DLV#")
-                    .and_then(|id| DeliveryId::parse(id).ok()),
-                _ => None,
+            .filter_map(|item| {
+                let pk = item.get(PK).and_then(|v| match v {
+                    serde_dynamo::AttributeValue::S(v) => Some(v.as_str()),
+                    _ => None,
+                })?;
+                let sk = item.get(SK).and_then(|v| match v {
+                    serde_dynamo::AttributeValue::S(v) => Some(v.as_str()),
+                    _ => None,
+                })?;
+                schema::delivery_of_key(pk, sk).map(|(_, id)| id)
             })
             .collect())
     }

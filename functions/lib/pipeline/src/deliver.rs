@@ -210,7 +210,11 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             tracing::debug!(delivery_id = %message.delivery_id, delay_seconds = delay, "not due yet; re-queued");
             return Ok(DeliverOutcome::NotDue);
         }
-        let Some(mut delivery) = self.store.get_delivery(&message.delivery_id).await? else {
+        let Some(mut delivery) = self
+            .store
+            .get_delivery(&message.app_id, &message.delivery_id)
+            .await?
+        else {
             tracing::warn!(delivery_id = %message.delivery_id, "message for an unknown delivery acked");
             return Ok(DeliverOutcome::Stale);
         };

@@ -43,7 +43,7 @@ pub fn message_for(delivery: &Delivery, now: DateTime<Utc>) -> Option<(DeliveryM
         delivery_id: delivery.id.clone(),
         attempt: delivery.next_attempt_number(),
         not_before,
-        app_id: delivery.app_id.to_string(),
+        app_id: delivery.app_id.clone(),
         endpoint_id: delivery.endpoint_id.clone(),
         event_type: delivery.event_type.to_string(),
         version: Some(delivery.version),

@@ -382,20 +382,20 @@ impl Store for MemoryStore {
         }
         Ok(found)
     }
-    async fn get_delivery(&self, id: &DeliveryId) -> Result<Option<Delivery>> {
+    async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
         let mut s = lock(&self.state);
         if s.failing_delivery_reads > 0 {
             s.failing_delivery_reads -= 1;
             return Err(crate::PipelineError::store("injected read failure", true));
         }
         if let Some(d) = s.deliveries.get(id) {
-            return Ok(Some(d.clone()));
+            return Ok(Some(d.clone()).filter(|d| &d.app_id == app));
         }
         Ok(id.fanout_origin().and_then(|(event, position)| {
             s.events
                 .get(&event)
                 .and_then(|e| e.listed_delivery(position))
-                .filter(|d| &d.id == id)
+                .filter(|d| &d.id == id && &d.app_id == app)
         }))
     }
     async fn update_delivery(&self, delivery: &Delivery, expected_version: u64) -> Result<bool> {
@@ -429,7 +429,7 @@ impl Store for MemoryStore {
             .map(|d| {
                 (
                     d.next_attempt_at.unwrap_or(d.updated_at),
-                    Overdue::Delivery(d.id.clone()),
+                    Overdue::Delivery(d.app_id.clone(), d.id.clone()),
                 )
             })
             .chain(
@@ -481,12 +481,12 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
-    async fn delivery_items_among(&self, ids: &[DeliveryId]) -> Result<Vec<DeliveryId>> {
+    async fn delivery_items_among(&self, deliveries: &[Delivery]) -> Result<Vec<DeliveryId>> {
         let s = lock(&self.state);
-        Ok(ids
+        Ok(deliveries
             .iter()
-            .filter(|id| s.deliveries.contains_key(*id))
-            .cloned()
+            .filter(|d| s.deliveries.contains_key(&d.id))
+            .map(|d| d.id.clone())
             .collect())
     }
     async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {

@@ -2,7 +2,7 @@
 //! DLQ (SQS's redrive policy moves delivery messages there unchanged).
 
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{DeliveryId, EndpointId};
+use hookline_core::ids::{AppId, DeliveryId, EndpointId};
 use serde::{Deserialize, Serialize};
 
 /// "Attempt number `attempt` of delivery `delivery_id` is due at `not_before`."
@@ -12,7 +12,7 @@ pub struct DeliveryMessage {
     /// 1-based attempt number within the delivery's current budget.
     pub attempt: u32,
     pub not_before: DateTime<Utc>,
-    pub app_id: String,
+    pub app_id: AppId,
     pub endpoint_id: EndpointId,
     pub event_type: String,
     /// The delivery's version when this message was made: a message whose
@@ -79,7 +79,7 @@ mod tests {
             delivery_id: DeliveryId::generate(),
             attempt: 2,
             not_before: Utc::now(),
-            app_id: "app".into(),
+            app_id: AppId::parse("app").unwrap(),
             endpoint_id: EndpointId::generate(),
             event_type: "a.b".into(),
             version: Some(3),

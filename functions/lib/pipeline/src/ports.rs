@@ -125,7 +125,8 @@ pub struct Sweep {
 /// An entry of the overdue index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Overdue {
-    Delivery(DeliveryId),
+    /// A pending delivery (of this app) due a while ago.
+    Delivery(AppId, DeliveryId),
     /// An event with fan-out left to materialise.
     Event(EventId),
     /// A running replay not advanced for a while.
@@ -135,7 +136,7 @@ pub enum Overdue {
 impl std::fmt::Display for Overdue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Delivery(id) => write!(f, "{id}"),
+            Self::Delivery(_, id) => write!(f, "{id}"),
             Self::Event(id) => write!(f, "{id}"),
             Self::Replay(id) => write!(f, "{id}"),
         }
@@ -337,10 +338,12 @@ pub trait Store: Send + Sync {
         id: &EndpointId,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// A delivery by id: its item, or, for a delivery of a listed fan-out
-    /// never attempted yet, as its event lists it (pending, version 0).
+    /// A delivery of `app` by id: its item, or, for a delivery of a listed
+    /// fan-out never attempted yet, as its event lists it (pending, version
+    /// 0). A delivery of another app is not found.
     fn get_delivery(
         &self,
+        app: &AppId,
         id: &DeliveryId,
     ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
     /// Writes the delivery's new state if it is still at `expected_version`
@@ -384,11 +387,11 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Sweep>> + Send;
     /// Records that every event up to `mark` is checked.
     fn commit_sweep(&self, mark: &str) -> impl Future<Output = Result<()>> + Send;
-    /// The ids among `ids` that have a delivery item (eventually consistent
-    /// reads, batched).
+    /// The ids of those among `deliveries` that have a delivery item
+    /// (eventually consistent reads, batched).
     fn delivery_items_among(
         &self,
-        ids: &[DeliveryId],
+        deliveries: &[Delivery],
     ) -> impl Future<Output = Result<Vec<DeliveryId>>> + Send;
     /// Writes a delivery item if the delivery has none yet. `Ok(false)`: it
     /// has one (its attempt wrote it meanwhile); nothing written.

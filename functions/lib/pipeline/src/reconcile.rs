@@ -102,7 +102,7 @@ pub async fn reconcile<S: Store, Q: Queue>(
     let mut first_error: Option<PipelineError> = None;
     for entry in entries {
         let outcome = match &entry {
-            Overdue::Delivery(id) => match store.get_delivery(id).await {
+            Overdue::Delivery(app, id) => match store.get_delivery(app, id).await {
                 Ok(Some(delivery)) => requeue_if_overdue(store, queue, delivery, cutoff, now)
                     .await
                     .map(|requeued| {
@@ -177,9 +177,9 @@ async fn sweep_listed<S: Store, Q: Queue>(
         .iter()
         .flat_map(|e| e.listed_deliveries().into_iter().map(move |d| (e, d)))
         .collect();
-    let ids: Vec<_> = listed.iter().map(|(_, d)| d.id.clone()).collect();
+    let deliveries: Vec<_> = listed.iter().map(|(_, d)| d.clone()).collect();
     let written: std::collections::HashSet<_> = store
-        .delivery_items_among(&ids)
+        .delivery_items_among(&deliveries)
         .await?
         .into_iter()
         .collect();
@@ -435,7 +435,7 @@ mod tests {
         );
         // The first delivery was attempted and delivered.
         let mut done = store
-            .get_delivery(&accepted.delivery_ids[0])
+            .get_delivery(&old.event.app_id, &accepted.delivery_ids[0])
             .await
             .unwrap()
             .expect("a listed delivery is found by id");
@@ -453,7 +453,7 @@ mod tests {
             assert_eq!((message.version, *delay), (Some(1), 0));
             assert_eq!(message.body.as_deref(), Some(old.event.body.as_str()));
             let stored = store
-                .get_delivery(&message.delivery_id)
+                .get_delivery(&message.app_id, &message.delivery_id)
                 .await
                 .unwrap()
                 .unwrap();

@@ -193,7 +193,10 @@ async fn handle_entry<S: Store, Q: Queue>(
         report.skipped += 1;
         return Ok(Action::Keep);
     }
-    let Some(delivery) = store.get_delivery(&message.delivery_id).await? else {
+    let Some(delivery) = store
+        .get_delivery(&message.app_id, &message.delivery_id)
+        .await?
+    else {
         report.missing += 1;
         return Ok(if request.dry_run {
             Action::Keep
