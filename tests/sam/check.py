@@ -25,6 +25,19 @@ def client(kind, endpoint):
     return boto3.client(kind, endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="local", aws_secret_access_key="local")
 
 
+def delivery_item(ddb, table, delivery_id):
+    """The delivery's item (in its app's partition, sorted by its id), if any."""
+    kwargs = {"TableName": table, "FilterExpression": "SK = :id AND #k = :kind", "ExpressionAttributeNames": {"#k": "kind"},
+              "ExpressionAttributeValues": {":id": {"S": delivery_id}, ":kind": {"S": "delivery"}}}
+    while True:
+        page = ddb.scan(**kwargs)
+        if page["Items"]:
+            return page["Items"][0]
+        if not page.get("LastEvaluatedKey"):
+            return None
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "http":  # OUT STATUS [FIELD] -> prints FIELD of the JSON body
@@ -57,13 +70,15 @@ def main():
         print(n)
     elif cmd == "status":  # ENDPOINT TABLE DELIVERY_ID EXPECTED
         ddb = client("dynamodb", args[0])
-        item = ddb.get_item(TableName=args[1], Key={"PK": {"S": "DLV#" + args[2]}, "SK": {"S": "DLV"}}).get("Item")
+        item = delivery_item(ddb, args[1], args[2])
+        if item and not item["PK"]["S"].startswith("DLA#"):
+            sys.exit(f"delivery {args[2]} is not in its app's partition: {item['PK']}")
         status = item and item["status"]["S"]
         if status != args[3]:
             sys.exit(f"delivery {args[2]}: expected {args[3]}, got {status}")
     elif cmd == "listed":  # ENDPOINT TABLE EVENT_ID DELIVERY_ID: listed on its event, no item yet
         ddb = client("dynamodb", args[0])
-        if ddb.get_item(TableName=args[1], Key={"PK": {"S": "DLV#" + args[3]}, "SK": {"S": "DLV"}}).get("Item"):
+        if delivery_item(ddb, args[1], args[3]):
             sys.exit(f"delivery {args[3]} has an item before its first attempt")
         # The event's item is in its creation day's partition, sorted by its id.
         found = ddb.scan(TableName=args[1], FilterExpression="SK = :id",
