@@ -68,10 +68,12 @@ impl Tables {
                 }
                 Some(json!({}))
             }
-            "GetItem" => Some(match self.items.get(&key_of(&request["Key"])) {
-                Some(item) => json!({"Item": item}),
-                None => json!({}),
-            }),
+            "GetItem" => match self.items.get(&key_of(&request["Key"])) {
+                Some(item) => Some(json!({"Item": item})),
+                // A deployed table's shape marker (the stateless answer).
+                None if is_shape_marker(&request["Key"]) => None,
+                None => Some(json!({})),
+            },
             "BatchGetItem" => {
                 let mut responses = serde_json::Map::new();
                 for (table, asked) in request["RequestItems"].as_object().into_iter().flatten() {
@@ -160,6 +162,7 @@ fn answer(target: &str, request: &Value) -> Value {
         }
         "Decrypt" => json!({"KeyId": "stub", "Plaintext": KEY_B64}),
         "GetItem" if is_sweep_mark(&request["Key"]) => sweep_mark(chrono::Utc::now()),
+        "GetItem" if is_shape_marker(&request["Key"]) => shape_marker(chrono::Utc::now()),
         // GetItem (nothing found), PutItem, UpdateItem, DeleteItem,
         // TransactWriteItems, DeleteMessageBatch...: success, no attributes.
         _ => json!({}),
@@ -169,6 +172,22 @@ fn answer(target: &str, request: &Value) -> Value {
 /// Whether `key` is the reconciler's sweep mark item.
 fn is_sweep_mark(key: &Value) -> bool {
     key["PK"]["S"] == "RECONCILER" && key["SK"]["S"] == "SWEEP"
+}
+
+/// Whether `key` is the table's shape marker item.
+fn is_shape_marker(key: &Value) -> bool {
+    key["PK"]["S"] == hookline_aws::schema::DELIVERY_SHAPE_PK
+        && key["SK"]["S"] == hookline_aws::schema::DELIVERY_SHAPE_SK
+}
+
+/// The shape marker of a table this version took over a day before `now`
+/// (as every table is an hour after its deployment): no delivery may have
+/// an item of the earlier shape.
+fn shape_marker(now: chrono::DateTime<chrono::Utc>) -> Value {
+    let since = (now - chrono::TimeDelta::days(1)).to_rfc3339();
+    json!({"Item": {"PK": {"S": hookline_aws::schema::DELIVERY_SHAPE_PK},
+        "SK": {"S": hookline_aws::schema::DELIVERY_SHAPE_SK}, "kind": {"S": "shape"},
+        "since": {"S": since}}})
 }
 
 /// The sweep mark of a deployed table whose reconciler ran a few minutes
@@ -293,6 +312,22 @@ mod tests {
             .created_at();
         let age = chrono::Utc::now() - at;
         assert!(age > chrono::TimeDelta::minutes(19) && age < chrono::TimeDelta::minutes(21));
+    }
+
+    /// The shape marker reads as a table taken over a day ago (the
+    /// stateful stub falls back to that answer).
+    #[test]
+    fn the_shape_marker_is_a_day_old() {
+        let key = json!({"Key": {"PK": {"S": hookline_aws::schema::DELIVERY_SHAPE_PK}, "SK": {"S": hookline_aws::schema::DELIVERY_SHAPE_SK}}});
+        let item = answer("DynamoDB_20120810.GetItem", &key);
+        assert_eq!(Tables::default().answer("GetItem", &key), None);
+        let since: chrono::DateTime<chrono::Utc> = item["Item"]["since"]["S"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let age = chrono::Utc::now() - since;
+        assert!(age > chrono::TimeDelta::hours(23) && age < chrono::TimeDelta::hours(25));
     }
 
     #[test]

@@ -193,6 +193,39 @@ pub fn legacy_delivery_key(id: &DeliveryId) -> (String, String) {
 }
 pub const LEGACY_DELIVERY_SK: &str = "DLV";
 
+/// The table's shape marker: since when deliveries are written in their
+/// app's partitions (written once, by the first process of this version to
+/// look; see `DynamoStore::deliveries_by_app_since`).
+pub const DELIVERY_SHAPE_PK: &str = "SHAPE";
+pub const DELIVERY_SHAPE_SK: &str = "DELIVERIES";
+
+#[derive(Serialize, Deserialize)]
+struct ShapeItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: String,
+    kind: String,
+    since: DateTime<Utc>,
+}
+
+pub fn delivery_shape_item(since: DateTime<Utc>) -> Result<Item, PipelineError> {
+    to_item(
+        "shape marker",
+        &ShapeItem {
+            pk: DELIVERY_SHAPE_PK.to_owned(),
+            sk: DELIVERY_SHAPE_SK.to_owned(),
+            kind: "shape".to_owned(),
+            since,
+        },
+    )
+}
+
+pub fn delivery_shape_from_item(item: Item) -> Result<DateTime<Utc>, PipelineError> {
+    let row: ShapeItem = serde_dynamo::from_item(item).map_err(|e| corrupt("shape marker", e))?;
+    Ok(row.since)
+}
+
 /// The delivery a table key names, and its app when the key says it (an
 /// earlier-shape key does not).
 pub fn delivery_of_key(pk: &str, sk: &str) -> Option<(Option<AppId>, DeliveryId)> {

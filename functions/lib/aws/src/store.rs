@@ -38,6 +38,8 @@ pub struct DynamoStore {
     serial: crate::serial::Serial,
     /// Seals endpoint secrets at rest (KMS envelope encryption) when set.
     sealer: Option<Arc<SecretSealer>>,
+    /// See [`Self::deliveries_by_app_since`].
+    by_app_since: Arc<tokio::sync::OnceCell<DateTime<Utc>>>,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -65,6 +67,19 @@ struct SweepMarks {
     /// (the last event read, or the cutoff when all were).
     #[serde(default)]
     event_marks: Vec<String>,
+}
+
+/// How long after this version first used the table an earlier version
+/// may still have written a delivery item of its shape: the functions of a
+/// deployment are replaced within minutes (an invocation lasts 15 minutes
+/// at most); an hour is a wide margin. (Going back to an earlier version
+/// is not supported: it does not read this version's items.)
+const MIXED_VERSIONS: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+/// Whether a delivery created when `id` says may have an item of the
+/// earlier shape, this version having taken over the table at `since`.
+fn legacy_possible_at(id: &DeliveryId, since: DateTime<Utc>) -> bool {
+    id.created_at() < since + MIXED_VERSIONS
 }
 
 /// An overdue-index entry as read: an earlier-shape delivery's entry does
@@ -178,6 +193,7 @@ impl DynamoStore {
             retention,
             serial: Default::default(),
             sealer: None,
+            by_app_since: Default::default(),
         }
     }
 
@@ -575,6 +591,59 @@ impl DynamoStore {
             days += 1;
         }
         Ok((out, None))
+    }
+
+    /// When this version (deliveries in their app's partitions) first used
+    /// the table: read once per process from the table's marker item, which
+    /// the first process to look writes.
+    pub async fn deliveries_by_app_since(&self) -> Result<DateTime<Utc>> {
+        self.by_app_since
+            .get_or_try_init(|| async {
+                if let Some(item) = self
+                    .get(DELIVERY_SHAPE_PK.to_owned(), DELIVERY_SHAPE_SK)
+                    .await?
+                {
+                    return schema::delivery_shape_from_item(item);
+                }
+                let now = Utc::now();
+                if self
+                    .put_absent(into_sdk(schema::delivery_shape_item(now)?))
+                    .await?
+                {
+                    return Ok(now);
+                }
+                let item = self
+                    .get(DELIVERY_SHAPE_PK.to_owned(), DELIVERY_SHAPE_SK)
+                    .await?
+                    .ok_or_else(|| {
+                        PipelineError::store("the table's shape marker vanished", true)
+                    })?;
+                schema::delivery_shape_from_item(item)
+            })
+            .await
+            .copied()
+    }
+
+    /// Records that this version took over the table at `since` (a
+    /// benchmark of a table upgraded long ago; tests).
+    pub async fn set_deliveries_by_app_since(&self, since: DateTime<Utc>) -> Result<()> {
+        let _g = self.guard().await;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(into_sdk(schema::delivery_shape_item(since)?)))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem", e))?;
+        Ok(())
+    }
+
+    /// Whether `id` may have an item of the earlier shape.
+    async fn legacy_delivery_possible(&self, id: &DeliveryId) -> Result<bool> {
+        Ok(legacy_possible_at(
+            id,
+            self.deliveries_by_app_since().await?,
+        ))
     }
 
     /// Moves a delivery item of the earlier shape (`DLV#{id}`) to its app's
@@ -1635,39 +1704,41 @@ impl Store for DynamoStore {
     }
 
     async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
-        // Its item, its item of the earlier shape, and (for a listed
-        // delivery, which has no item before its first attempt) the event
-        // that lists it: one request.
+        // Its item and (for a listed delivery, which has no item before its
+        // first attempt) the event that lists it: one request. On a cold
+        // start, when this version took over the table, alongside.
         let (pk, sk) = delivery_key(app, id);
-        let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
-        let mut keys = vec![Self::key(pk, &sk), Self::key(legacy_pk, &legacy_sk)];
+        let mut keys = vec![Self::key(pk, &sk)];
         if let Some((event_id, _)) = id.fanout_origin() {
             let (event_pk, event_sk) = event_key(&event_id);
             keys.push(Self::key(event_pk, &event_sk));
         }
         let mut round = 0;
         let event = loop {
-            let items = self.batch_get(keys.clone(), true, None).await?;
-            let (mut current, mut legacy, mut event) = (None, None, None);
+            let (items, legacy_possible) = futures::future::try_join(
+                self.batch_get(keys.clone(), true, None),
+                self.legacy_delivery_possible(id),
+            )
+            .await?;
+            let (mut current, mut event) = (None, None);
             for item in items {
                 match item.get(PK) {
                     Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("DLA#") => {
                         current = Some(item)
                     }
-                    Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("DLV#") => {
-                        legacy = Some(item)
-                    }
                     _ => event = Some(item),
                 }
             }
             if let Some(item) = current {
-                if legacy.is_some() {
-                    // Only an earlier version still running while this one
-                    // was deployed writes there now: the app's item is the one.
-                    tracing::warn!(delivery_id = %id, "a delivery item of the earlier shape next to its current one ignored");
-                }
                 return schema::delivery_from_item(item).map(Some);
             }
+            // An item of the earlier shape, for a delivery old enough.
+            let legacy = if legacy_possible {
+                let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
+                self.get(legacy_pk, &legacy_sk).await?
+            } else {
+                None
+            };
             let Some(item) = legacy else {
                 break event;
             };
@@ -1984,16 +2055,21 @@ impl Store for DynamoStore {
     }
 
     async fn delivery_items_among(&self, deliveries: &[Delivery]) -> Result<Vec<DeliveryId>> {
-        // At either key: an item of the earlier shape is moved only when
-        // it is next read by id.
-        let keys = deliveries
-            .iter()
-            .flat_map(|d| {
-                let (pk, sk) = delivery_key(&d.app_id, &d.id);
+        if deliveries.is_empty() {
+            return Ok(Vec::new());
+        }
+        // At either key (for a delivery old enough to have one of the
+        // earlier shape): such an item is moved only when next read by id.
+        let since = self.deliveries_by_app_since().await?;
+        let mut keys = Vec::new();
+        for d in deliveries {
+            let (pk, sk) = delivery_key(&d.app_id, &d.id);
+            keys.push(Self::key(pk, &sk));
+            if legacy_possible_at(&d.id, since) {
                 let (legacy_pk, legacy_sk) = legacy_delivery_key(&d.id);
-                [Self::key(pk, &sk), Self::key(legacy_pk, &legacy_sk)]
-            })
-            .collect();
+                keys.push(Self::key(legacy_pk, &legacy_sk));
+            }
+        }
         let items = self.batch_get(keys, false, Some("PK, SK")).await?;
         Ok(items
             .iter()
