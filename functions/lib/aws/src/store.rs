@@ -1715,9 +1715,11 @@ impl Store for DynamoStore {
         }
         let mut round = 0;
         let event = loop {
+            // Boxed: SDK futures are large, and a deep handler's state
+            // machine must not overflow a thread's stack.
             let (items, legacy_possible) = futures::future::try_join(
-                self.batch_get(keys.clone(), true, None),
-                self.legacy_delivery_possible(id),
+                Box::pin(self.batch_get(keys.clone(), true, None)),
+                Box::pin(self.legacy_delivery_possible(id)),
             )
             .await?;
             let (mut current, mut event) = (None, None);
@@ -1735,7 +1737,7 @@ impl Store for DynamoStore {
             // An item of the earlier shape, for a delivery old enough.
             let legacy = if legacy_possible {
                 let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
-                self.get(legacy_pk, &legacy_sk).await?
+                Box::pin(self.get(legacy_pk, &legacy_sk)).await?
             } else {
                 None
             };
@@ -1746,7 +1748,7 @@ impl Store for DynamoStore {
             if &delivery.app_id != app {
                 return Ok(None);
             }
-            if self.move_legacy_delivery(&delivery).await? {
+            if Box::pin(self.move_legacy_delivery(&delivery)).await? {
                 return Ok(Some(delivery));
             }
             // Another reader moved it, or a writer changed it: read again.

@@ -6,9 +6,10 @@
 //! number per endpoint, the next free slot; each request takes one
 //! ([`reserve`]; requests gathered in one process take consecutive slots in
 //! one write): the slot of `now` when the limiter is idle, else the next
-//! free one. A request is sent at its slot's start (or at once, if that has
-//! passed), so no wall-clock second sees more than `r` requests, across
-//! every deliver instance sharing the limiter.
+//! free one. A request is sent at its slot's start, or later but still in
+//! its slot's wall-clock second ([`send_deadline`]; a sender later than
+//! that takes a new slot), so no wall-clock second sees more than `r`
+//! requests, across every deliver instance sharing the limiter.
 
 use chrono::{DateTime, Utc};
 
@@ -40,6 +41,23 @@ pub fn slot_start(slot: i64, per_second: u32) -> DateTime<Utc> {
     let ms = (slot * 1000).div_euclid(i64::from(per_second.max(1)))
         + i64::from((slot * 1000).rem_euclid(i64::from(per_second.max(1))) != 0);
     DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Time a request sent near the end of its slot's second is given to
+/// arrive within it.
+pub const ARRIVAL_MARGIN_MS: i64 = 50;
+
+/// The latest a request holding slot `slot` may still be sent: within the
+/// wall-clock second the slot lies in, [`ARRIVAL_MARGIN_MS`] before its end
+/// (a slot starting later than that: its first millisecond). A sender later than this (a busy
+/// process, a long pause) would land in the next second next to that
+/// second's own `r` requests: it takes a new slot instead.
+pub fn send_deadline(slot: i64, per_second: u32) -> DateTime<Utc> {
+    let start = slot_start(slot, per_second);
+    let second_end = second_of(start) + chrono::TimeDelta::seconds(1);
+    (second_end - chrono::TimeDelta::milliseconds(ARRIVAL_MARGIN_MS))
+        .max(start + chrono::TimeDelta::milliseconds(1))
+        .min(second_end)
 }
 
 /// The start of the wall-clock second `at` falls in.
@@ -90,6 +108,33 @@ mod tests {
 
     fn at_ms(ms: i64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
+    }
+
+    /// A request may go late, but only within its slot's second: every
+    /// slot's deadline is in the same second as its start, after it, and
+    /// leaves the arrival margin when the slot starts before it.
+    #[test]
+    fn a_late_request_still_goes_within_its_slots_second() {
+        for per_second in [1, 2, 3, 7, 10, 333, 1000] {
+            let first = slot_of(at_ms(0), per_second);
+            for slot in first..first + i64::from(per_second) * 2 {
+                let start = slot_start(slot, per_second);
+                let deadline = send_deadline(slot, per_second);
+                let second_end = second_of(start) + chrono::TimeDelta::seconds(1);
+                assert!(deadline <= second_end, "{per_second}/s slot {slot}");
+                assert!(deadline > start);
+                if start < second_end - chrono::TimeDelta::milliseconds(ARRIVAL_MARGIN_MS) {
+                    assert_eq!(
+                        deadline,
+                        second_end - chrono::TimeDelta::milliseconds(ARRIVAL_MARGIN_MS)
+                    );
+                }
+            }
+        }
+        // 2 per second: slots at .0 and .5 may go until .95.
+        let slot = slot_of(at_ms(500), 2);
+        assert_eq!(send_deadline(slot, 2), at_ms(950));
+        assert_eq!(send_deadline(slot - 1, 2), at_ms(950));
     }
 
     /// However the requests come, no wall-clock second holds more than the

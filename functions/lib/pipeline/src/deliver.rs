@@ -51,6 +51,9 @@ pub enum DeliverOutcome {
 /// Longest wait for a send slot inside a deliver invocation; a later slot
 /// is written to the delivery and the attempt comes back then.
 const IN_PROCESS_WAIT: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
+/// New slots a sender too late for its slot takes before it lets the
+/// attempt wait in the queue instead.
+const LATE_RETAKES: usize = 3;
 
 /// A message is handled this much before `not_before` at the earliest (SQS
 /// delays are whole seconds, rounded up by dispatch).
@@ -155,26 +158,44 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         let Some(per_second) = endpoint.rate_limit else {
             return Ok(None);
         };
-        let slot = match delivery.reserved_slot(now) {
+        let mut slot = match delivery.reserved_slot(now) {
             Some(slot) => slot,
-            None => {
-                // The time of the reservation, not of the message's pick-up:
-                // the limiter's state is judged as it is now.
-                let number = self
-                    .pacer
-                    .take_slot(&self.store, &endpoint.id, per_second, (self.clock)())
-                    .await?;
-                hookline_core::rate::slot_start(number, per_second)
-            }
+            None => self.next_slot(endpoint, per_second).await?,
         };
-        let wait = slot - (self.clock)();
-        if wait > IN_PROCESS_WAIT {
-            return Ok(Some(slot));
+        for _ in 0..LATE_RETAKES {
+            let wait = slot - (self.clock)();
+            if wait > IN_PROCESS_WAIT {
+                return Ok(Some(slot));
+            }
+            if let Ok(wait) = wait.to_std() {
+                tokio::time::sleep(wait).await;
+            }
+            let number = hookline_core::rate::slot_of(slot, per_second);
+            if (self.clock)() < hookline_core::rate::send_deadline(number, per_second) {
+                return Ok(None);
+            }
+            // Too late for the slot's second (a busy process): sent now it
+            // could land next to the next second's own requests.
+            tracing::info!(delivery_id = %delivery.id, endpoint_id = %endpoint.id, slot = %slot, "send slot missed; taking another");
+            slot = self.next_slot(endpoint, per_second).await?;
         }
-        if let Ok(wait) = wait.to_std() {
-            tokio::time::sleep(wait).await;
-        }
-        Ok(None)
+        // Still late: the attempt waits for its slot in the queue.
+        Ok(Some(slot))
+    }
+
+    /// The start of the next free send slot of `endpoint`'s limiter.
+    async fn next_slot(
+        &self,
+        endpoint: &Endpoint,
+        per_second: u32,
+    ) -> Result<DateTime<Utc>, PipelineError> {
+        // The time of the reservation, not of the message's pick-up: the
+        // limiter's state is judged as it is now.
+        let number = self
+            .pacer
+            .take_slot(&self.store, &endpoint.id, per_second, (self.clock)())
+            .await?;
+        Ok(hookline_core::rate::slot_start(number, per_second))
     }
 
     /// The same, reading time from `clock` (tests).
@@ -604,8 +625,9 @@ mod tests {
     /// the others are written due at their slots (1 s apart), budget
     /// untouched, their message done (stale if it comes again). Coming back
     /// at its slot an attempt uses it (the limiter is not asked again, so
-    /// the next new one gets the slot after the last); one picked up late
-    /// takes a new slot.
+    /// the next new one gets the slot after the last); one picked up after
+    /// its slot's second, or in it but past its send deadline, takes a new
+    /// slot.
     #[tokio::test]
     async fn a_rate_limit_gives_each_attempt_a_slot_and_keeps_the_budget() {
         let deliverer = Deliverer::new(
@@ -615,6 +637,11 @@ mod tests {
             Settings::for_tests(&[]).unwrap(),
         )
         .with_clock(shifted);
+        // Early in a second: the first send goes in the second it is
+        // handled in (not past its slot's deadline, 50 ms before the end).
+        move_clock_to(
+            hookline_core::rate::second_of(Utc::now()) + chrono::TimeDelta::milliseconds(1100),
+        );
         let t0 = shifted();
         let ep = Endpoint {
             rate_limit: Some(1),
@@ -717,6 +744,26 @@ mod tests {
         move_clock_to(slot6 + chrono::TimeDelta::seconds(3));
         assert_eq!(handle(stored(&more[1])).await, Delivered);
         assert_eq!(sent(), 6);
+
+        // Holding a slot but picked up in its second after its deadline
+        // (a busy process): sent then it could land next to the next
+        // second's own request. It takes new slots instead (its second's
+        // is as late; the next second's is 30 ms away: it waits and goes),
+        // so the next two new ones get the two seconds after that.
+        let second = hookline_core::rate::second_of(shifted()) + chrono::TimeDelta::seconds(10);
+        let mut late = new_delivery(6);
+        late.throttle(second, shifted()).unwrap();
+        deliverer.store.insert_delivery(late.clone());
+        move_clock_to(second + chrono::TimeDelta::milliseconds(970));
+        assert_eq!(handle(stored(&late)).await, Delivered);
+        assert_eq!(sent(), 7);
+        let next: Vec<Delivery> = (7..9).map(new_delivery).collect();
+        let outcomes = futures::future::join_all(next.iter().cloned().map(handle)).await;
+        assert_eq!(outcomes, [Delivered, Throttled]);
+        assert_eq!(
+            stored(&next[1]).throttled_until,
+            Some(second + chrono::TimeDelta::seconds(3))
+        );
         SHIFT_MS.store(0, Ordering::SeqCst);
     }
 
