@@ -460,4 +460,18 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
             assert_eq!(&seen, expected, "{label}, limit {limit}");
         }
     }
+    // A cursor from before the window's start: an empty page, not an error.
+    let page = store
+        .list_deliveries(
+            &app,
+            &DeliveryQuery {
+                created_after: Some(start),
+                before: Some(DeliveryId::time_floor(start - chrono::Duration::seconds(1))),
+                limit: 5,
+                ..DeliveryQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page, hookline_pipeline::ports::DeliveryPage::default());
 }

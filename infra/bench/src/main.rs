@@ -531,6 +531,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
     let mut calls_raw = Vec::new();
     let mut detail = String::new();
     let mut distance = String::new();
+    let mut reasons = String::new();
     for sc in scenarios {
         out(&format!("scenario: {} ({} events)", sc.name, sc.events));
         let ours = calls::run(sc.clone()).await?;
@@ -567,6 +568,31 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             floor.wru_per_delivery,
             eventbridge.total
         );
+        if c.total > sc.goal_usd {
+            let _ = writeln!(
+                reasons,
+                "- **{}**: ${:.2} against ≤ ${:.2}. {}Above the floor by ${:.2}: writes {:.2} WRU per delivery against {:.2} (${:.2}), reads {:.2} RRU (${:.2}; the floor reads nothing), SQS, Lambda and API Gateway ${:.2} against ${:.2}.",
+                sc.name,
+                c.total,
+                sc.goal_usd,
+                if floor.total > sc.goal_usd {
+                    format!(
+                        "The goal is below the floor of these guarantees (${:.2}): no design keeping them meets it. ",
+                        floor.total
+                    )
+                } else {
+                    String::new()
+                },
+                c.total - floor.total,
+                c.wru_per_delivery,
+                floor.wru_per_delivery,
+                (c.wru_per_delivery - floor.wru_per_delivery) * report::price::WRU * 1e6,
+                c.rru_per_delivery,
+                c.rru_per_delivery * report::price::RRU * 1e6,
+                c.sqs + c.lambda + c.api_gateway,
+                floor.sqs + floor.lambda + floor.api_gateway,
+            );
+        }
         calls_raw.push(json!({"ours": ours, "naive": naive, "cost": c, "naive_cost": nc, "floor": floor, "eventbridge": eventbridge}));
     }
     let _ = writeln!(
@@ -574,6 +600,13 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
         "\nThe distance to the goal, to the floor and to Amazon EventBridge, same traffic and price model. Floor: the least any design with these guarantees pays ({}); EventBridge: custom events ($1.00 per million) + API destinations ($0.20 per million invocations, each retry one), the transport alone: no outbox, attempt log, idempotency keys or operator API.\n\n| scenario | hookline | goal | floor (same guarantees) | EventBridge + API destinations |\n|---|---|---|---|---|\n{distance}",
         report::FLOOR_DERIVATION
     );
+    if !reasons.is_empty() {
+        let _ = writeln!(
+            md,
+            "Goals not met, the measured reason (per million deliveries), and the next levers:\n\n{reasons}\n{}\n",
+            report::NEXT_LEVERS
+        );
+    }
     let _ = writeln!(
         md,
         "\nRequests by operation (count, per delivery):\n\n{detail}"

@@ -73,7 +73,8 @@ fn delivery_query(filters: &DeliveryFilters) -> Result<DeliveryQuery, ApiError> 
     Ok(query)
 }
 
-/// Deliveries, newest first, through the GSIs (never a scan).
+/// Deliveries, newest first, from the app's partitions and the by-status
+/// index (never a scan).
 #[utoipa::path(get, path = "/v1/apps/{app_id}/deliveries", tag = "deliveries",
     params(AppPath, DeliveryFilters),
     responses((status = 200, body = DeliveryList), (status = 400, body = ErrorBody),

@@ -593,6 +593,113 @@ impl DynamoStore {
         Ok((out, None))
     }
 
+    /// A delivery of `app` by id: its item, or (`listed`), for a delivery
+    /// of a listed fan-out never attempted yet, as its event lists it.
+    async fn read_delivery(
+        &self,
+        app: &AppId,
+        id: &DeliveryId,
+        listed: bool,
+    ) -> Result<Option<Delivery>> {
+        // Its item and (for a listed delivery, which has no item before its
+        // first attempt) the event that lists it: one request. On a cold
+        // start, when this version took over the table, alongside.
+        let (pk, sk) = delivery_key(app, id);
+        let mut keys = vec![Self::key(pk, &sk)];
+        if let Some((event_id, _)) = id.fanout_origin().filter(|_| listed) {
+            let (event_pk, event_sk) = event_key(&event_id);
+            keys.push(Self::key(event_pk, &event_sk));
+        }
+        let mut round = 0;
+        let event = loop {
+            // Boxed: SDK futures are large, and a deep handler's state
+            // machine must not overflow a thread's stack.
+            let (items, legacy_possible) = futures::future::try_join(
+                Box::pin(self.get_consistent(keys.clone())),
+                Box::pin(self.legacy_delivery_possible(id)),
+            )
+            .await?;
+            let (mut current, mut event) = (None, None);
+            for item in items {
+                match item.get(PK) {
+                    Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("DLA#") => {
+                        current = Some(item)
+                    }
+                    _ => event = Some(item),
+                }
+            }
+            if let Some(item) = current {
+                return schema::delivery_from_item(item).map(Some);
+            }
+            // An item of the earlier shape, for a delivery old enough.
+            let legacy = if legacy_possible {
+                let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
+                Box::pin(self.get(legacy_pk, &legacy_sk)).await?
+            } else {
+                None
+            };
+            let Some(item) = legacy else {
+                break event;
+            };
+            let delivery = schema::delivery_from_item(item)?;
+            if &delivery.app_id != app {
+                return Ok(None);
+            }
+            if Box::pin(self.move_legacy_delivery(&delivery)).await? {
+                return Ok(Some(delivery));
+            }
+            // Another reader moved it, or a writer changed it: read again.
+            if round == 2 {
+                return Err(PipelineError::store(
+                    format!("delivery {id} kept changing while it was moved to its app's partition; retry"),
+                    true,
+                ));
+            }
+            round += 1;
+        };
+        let Some((event_id, position)) = id.fanout_origin().filter(|_| listed) else {
+            return Ok(None);
+        };
+        let event = match event {
+            Some(item) => Some(schema::event_from_item(item)?),
+            None => {
+                // An event of the earlier shape.
+                let (pk, sk) = legacy_event_key(&event_id);
+                self.get(pk, &sk)
+                    .await?
+                    .map(schema::event_from_item)
+                    .transpose()?
+            }
+        };
+        Ok(event
+            .and_then(|e| e.listed_delivery(position))
+            .filter(|d| &d.id == id && &d.app_id == app))
+    }
+
+    /// The items at `keys` (consistent reads): one GetItem for one key,
+    /// else a BatchGetItem.
+    async fn get_consistent(
+        &self,
+        keys: Vec<HashMap<String, AttributeValue>>,
+    ) -> Result<Vec<Item>> {
+        match <[_; 1]>::try_from(keys) {
+            Ok([key]) => {
+                let _g = self.guard().await;
+                let out = self
+                    .client
+                    .get_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| store_error("GetItem", e))?;
+                Ok(out.item.map(Item::from).into_iter().collect())
+            }
+            Err(keys) => self.batch_get(keys, true, None).await,
+        }
+    }
+
     /// When this version (deliveries in their app's partitions) first used
     /// the table: read once per process from the table's marker item, which
     /// the first process to look writes.
@@ -1650,6 +1757,13 @@ impl Store for DynamoStore {
         let limit = q.limit.clamp(1, 500);
         let sources = list_sources(app, q);
         let (lowest, below) = (q.lowest_id(), q.below_id());
+        if let (Some(lo), Some(hi)) = (&lowest, &below) {
+            // A cursor below the window's start: nothing is left (and a
+            // key condition `BETWEEN lo AND hi` with lo > hi is refused).
+            if lo >= hi {
+                return Ok(DeliveryPage::default());
+            }
+        }
         // Every source at once, each up to one more than asked (to know
         // whether more follow).
         let pages = futures::future::try_join_all(
@@ -1704,79 +1818,11 @@ impl Store for DynamoStore {
     }
 
     async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
-        // Its item and (for a listed delivery, which has no item before its
-        // first attempt) the event that lists it: one request. On a cold
-        // start, when this version took over the table, alongside.
-        let (pk, sk) = delivery_key(app, id);
-        let mut keys = vec![Self::key(pk, &sk)];
-        if let Some((event_id, _)) = id.fanout_origin() {
-            let (event_pk, event_sk) = event_key(&event_id);
-            keys.push(Self::key(event_pk, &event_sk));
-        }
-        let mut round = 0;
-        let event = loop {
-            // Boxed: SDK futures are large, and a deep handler's state
-            // machine must not overflow a thread's stack.
-            let (items, legacy_possible) = futures::future::try_join(
-                Box::pin(self.batch_get(keys.clone(), true, None)),
-                Box::pin(self.legacy_delivery_possible(id)),
-            )
-            .await?;
-            let (mut current, mut event) = (None, None);
-            for item in items {
-                match item.get(PK) {
-                    Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("DLA#") => {
-                        current = Some(item)
-                    }
-                    _ => event = Some(item),
-                }
-            }
-            if let Some(item) = current {
-                return schema::delivery_from_item(item).map(Some);
-            }
-            // An item of the earlier shape, for a delivery old enough.
-            let legacy = if legacy_possible {
-                let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
-                Box::pin(self.get(legacy_pk, &legacy_sk)).await?
-            } else {
-                None
-            };
-            let Some(item) = legacy else {
-                break event;
-            };
-            let delivery = schema::delivery_from_item(item)?;
-            if &delivery.app_id != app {
-                return Ok(None);
-            }
-            if Box::pin(self.move_legacy_delivery(&delivery)).await? {
-                return Ok(Some(delivery));
-            }
-            // Another reader moved it, or a writer changed it: read again.
-            if round == 2 {
-                return Err(PipelineError::store(
-                    format!("delivery {id} kept changing while it was moved to its app's partition; retry"),
-                    true,
-                ));
-            }
-            round += 1;
-        };
-        let Some((event_id, position)) = id.fanout_origin() else {
-            return Ok(None);
-        };
-        let event = match event {
-            Some(item) => Some(schema::event_from_item(item)?),
-            None => {
-                // An event of the earlier shape.
-                let (pk, sk) = legacy_event_key(&event_id);
-                self.get(pk, &sk)
-                    .await?
-                    .map(schema::event_from_item)
-                    .transpose()?
-            }
-        };
-        Ok(event
-            .and_then(|e| e.listed_delivery(position))
-            .filter(|d| &d.id == id && &d.app_id == app))
+        self.read_delivery(app, id, true).await
+    }
+
+    async fn get_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
+        self.read_delivery(app, id, false).await
     }
 
     async fn update_delivery(&self, d: &Delivery, expected_version: u64) -> Result<bool> {

@@ -539,12 +539,34 @@ pub fn body_digest(body: &str) -> String {
 impl Delivery {
     /// A new pending delivery, due now.
     pub fn new(id: DeliveryId, event: &Event, endpoint_id: EndpointId, now: DateTime<Utc>) -> Self {
+        Self::of_event_parts(
+            id,
+            event.app_id.clone(),
+            event.id.clone(),
+            endpoint_id,
+            event.event_type.clone(),
+            now,
+            &event.body,
+        )
+    }
+
+    /// The same, from the parts of its event it keeps (the body only as
+    /// its digest): what a first attempt's queue message carries.
+    pub fn of_event_parts(
+        id: DeliveryId,
+        app_id: AppId,
+        event_id: EventId,
+        endpoint_id: EndpointId,
+        event_type: EventType,
+        now: DateTime<Utc>,
+        body: &str,
+    ) -> Self {
         Self {
             id,
-            app_id: event.app_id.clone(),
-            event_id: event.id.clone(),
+            app_id,
+            event_id,
             endpoint_id,
-            event_type: event.event_type.clone(),
+            event_type,
             status: DeliveryStatus::Pending,
             attempt_count: 0,
             total_attempts: 0,
@@ -555,7 +577,7 @@ impl Delivery {
             attempts: Vec::new(),
             created_at: now,
             updated_at: now,
-            body_sha256: Some(body_digest(&event.body)),
+            body_sha256: Some(body_digest(body)),
             throttled_until: None,
         }
     }

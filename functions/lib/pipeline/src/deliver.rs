@@ -231,11 +231,21 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             tracing::debug!(delivery_id = %message.delivery_id, delay_seconds = delay, "not due yet; re-queued");
             return Ok(DeliverOutcome::NotDue);
         }
-        let Some(mut delivery) = self
-            .store
-            .get_delivery(&message.app_id, &message.delivery_id)
-            .await?
-        else {
+        // A listed delivery's first attempt: the message says all its event
+        // would; only an item written meanwhile can say otherwise.
+        let found = match message.listed_delivery() {
+            Some(listed) => self
+                .store
+                .get_delivery_item(&message.app_id, &message.delivery_id)
+                .await?
+                .or(Some(listed)),
+            None => {
+                self.store
+                    .get_delivery(&message.app_id, &message.delivery_id)
+                    .await?
+            }
+        };
+        let Some(mut delivery) = found else {
             tracing::warn!(delivery_id = %message.delivery_id, "message for an unknown delivery acked");
             return Ok(DeliverOutcome::Stale);
         };
@@ -765,6 +775,74 @@ mod tests {
             Some(second + chrono::TimeDelta::seconds(3))
         );
         SHIFT_MS.store(0, Ordering::SeqCst);
+    }
+
+    /// A listed delivery's first attempt is made from its message alone
+    /// (the event is not read: here it is not even in the store), and its
+    /// outcome written as its first item; once anything wrote the delivery
+    /// (a re-queue by the reconciler, at version 1), a first-attempt message
+    /// is stale and nothing is sent.
+    #[tokio::test]
+    async fn a_listed_first_attempt_reads_only_its_delivery_item() {
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(200)),
+            Settings::for_tests(&[]).unwrap(),
+        );
+        let now = Utc::now();
+        let ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("a").unwrap(),
+            "https://example.com/hook",
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            now,
+        );
+        deliverer.store.put_endpoint(&ep).await.unwrap();
+        let event = Event::new(
+            EventId::new_fanout_base(now, &mut rand::thread_rng()),
+            ep.app_id.clone(),
+            EventType::parse("order.paid").unwrap(),
+            &serde_json::value::RawValue::from_string(r#"{"n":1}"#.into()).unwrap(),
+            now,
+        );
+        let stored = StoredEvent {
+            event: event.clone(),
+            targets: vec![ep.id.clone(), ep.id.clone()],
+            fanout_remaining: vec![],
+            fanout_version: 0,
+        };
+        let first_message = |d: &Delivery| {
+            let (mut message, _) = message_for(d, now).unwrap();
+            message.body = Some(event.body.clone());
+            message
+        };
+        let first = stored.listed_delivery(0).unwrap();
+        assert_eq!(
+            deliverer.handle(&first_message(&first)).await.unwrap(),
+            DeliverOutcome::Delivered
+        );
+        let written = deliverer.store.delivery_items();
+        assert_eq!(written.len(), 1);
+        assert_eq!(
+            (written[0].id.clone(), written[0].status, written[0].version),
+            (first.id.clone(), DeliveryStatus::Delivered, 1)
+        );
+        assert_eq!(written[0].created_at, event.created_at);
+        let requests = deliverer.sender.requests.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].2, event.body.as_bytes());
+
+        // The second was re-queued by the reconciler meanwhile (version 1).
+        let mut second = stored.listed_delivery(1).unwrap();
+        let message = first_message(&second);
+        second.requeue(now).unwrap();
+        deliverer.store.insert_delivery(second);
+        assert_eq!(
+            deliverer.handle(&message).await.unwrap(),
+            DeliverOutcome::Stale
+        );
+        assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 1);
     }
 
     /// A failure streak is measured from its first failure; a 2xx ends it;

@@ -49,6 +49,7 @@ pub fn message_for(delivery: &Delivery, now: DateTime<Utc>) -> Option<(DeliveryM
         version: Some(delivery.version),
         failure: None,
         body: None,
+        created_at: (delivery.version == 0).then_some(delivery.created_at),
     };
     Some((message, delay_seconds(not_before, now)))
 }

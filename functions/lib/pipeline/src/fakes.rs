@@ -382,6 +382,14 @@ impl Store for MemoryStore {
         }
         Ok(found)
     }
+    async fn get_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
+        let mut s = lock(&self.state);
+        if s.failing_delivery_reads > 0 {
+            s.failing_delivery_reads -= 1;
+            return Err(crate::PipelineError::store("injected read failure", true));
+        }
+        Ok(s.deliveries.get(id).filter(|d| &d.app_id == app).cloned())
+    }
     async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
         let mut s = lock(&self.state);
         if s.failing_delivery_reads > 0 {

@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use hookline_core::ids::{AppId, DeliveryId, EndpointId};
+use hookline_core::model::{Delivery, EventType};
 use serde::{Deserialize, Serialize};
 
 /// "Attempt number `attempt` of delivery `delivery_id` is due at `not_before`."
@@ -30,6 +31,11 @@ pub struct DeliveryMessage {
     /// reads the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    /// The delivery's creation, on the message of a never-attempted one
+    /// (version 0): with the body, what deliver needs to build a listed
+    /// delivery without reading its event ([`Self::listed_delivery`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
 }
 
 /// Largest body carried in a queue message: the message stays within one
@@ -37,6 +43,31 @@ pub struct DeliveryMessage {
 pub const INLINE_BODY_MAX: usize = 24 * 1024;
 
 impl DeliveryMessage {
+    /// The delivery of a listed fan-out this message is the first attempt
+    /// of, as it stands before that attempt, built from the message alone
+    /// (its id names the event and the position; it carries version 0, the
+    /// creation time and the body): equal to the one its event lists. Deliver
+    /// then reads only the delivery's own item (present if anything wrote
+    /// the delivery meanwhile), not the event. `None` when the message does
+    /// not say enough (an older message, a body too large to carry, a later
+    /// attempt).
+    pub fn listed_delivery(&self) -> Option<Delivery> {
+        if self.version != Some(0) {
+            return None;
+        }
+        let (body, created_at) = (self.body.as_deref()?, self.created_at?);
+        let (event_id, _) = self.delivery_id.fanout_origin()?;
+        Some(Delivery::of_event_parts(
+            self.delivery_id.clone(),
+            self.app_id.clone(),
+            event_id,
+            self.endpoint_id.clone(),
+            EventType::parse(&self.event_type).ok()?,
+            created_at,
+            body,
+        ))
+    }
+
     pub fn to_json(&self) -> String {
         // A struct of strings and numbers always serializes.
         serde_json::to_string(self).unwrap_or_default()
@@ -85,6 +116,7 @@ mod tests {
             version: Some(3),
             failure: None,
             body: Some(r#"{"data":{"n":1e2}}"#.into()),
+            created_at: None,
         };
         let back: DeliveryMessage = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back, m);
@@ -93,5 +125,55 @@ mod tests {
         let old = m.to_json().replace(r#","version":3"#, "");
         let back: DeliveryMessage = serde_json::from_str(&old).unwrap();
         assert_eq!(back.version, None);
+    }
+
+    /// A listed delivery's first-attempt message builds exactly the
+    /// delivery its event lists (so deliver need not read the event); any
+    /// message that does not say enough builds none.
+    #[test]
+    fn a_first_attempt_message_builds_the_listed_delivery() {
+        use hookline_core::ids::EventId;
+        use hookline_core::model::Event;
+        let now = Utc::now();
+        let event = Event::new(
+            EventId::new_fanout_base(now, &mut rand::thread_rng()),
+            AppId::parse("shop").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &serde_json::value::RawValue::from_string(r#"{"id": "o_1", "total": 12.5}"#.into())
+                .unwrap(),
+            now,
+        );
+        let stored = crate::ports::StoredEvent {
+            event: event.clone(),
+            targets: vec![EndpointId::generate(), EndpointId::generate()],
+            fanout_remaining: vec![],
+            fanout_version: 0,
+        };
+        for listed in stored.listed_deliveries() {
+            let (mut message, _) = crate::dispatch::message_for(&listed, now).unwrap();
+            message.body = Some(event.body.clone());
+            let message: DeliveryMessage = serde_json::from_str(&message.to_json()).unwrap();
+            assert_eq!(message.listed_delivery(), Some(listed.clone()));
+            // Without the body, the creation time or version 0: none.
+            let mut m = message.clone();
+            m.body = None;
+            assert_eq!(m.listed_delivery(), None);
+            let mut m = message.clone();
+            m.created_at = None;
+            assert_eq!(m.listed_delivery(), None);
+            let mut m = message.clone();
+            m.version = Some(1);
+            assert_eq!(m.listed_delivery(), None);
+        }
+        // A later attempt's message carries no creation time.
+        let mut attempted = stored.listed_delivery(0).unwrap();
+        attempted.version = 1;
+        assert_eq!(
+            crate::dispatch::message_for(&attempted, now)
+                .unwrap()
+                .0
+                .created_at,
+            None
+        );
     }
 }

@@ -346,6 +346,13 @@ pub trait Store: Send + Sync {
         app: &AppId,
         id: &DeliveryId,
     ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
+    /// A delivery's item only (consistent read): `None` for a listed
+    /// delivery never written yet (see [`crate::messages::DeliveryMessage::listed_delivery`]).
+    fn get_delivery_item(
+        &self,
+        app: &AppId,
+        id: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
     /// Writes the delivery's new state if it is still at `expected_version`
     /// (version 0: also if it has no item yet, a listed delivery's first write)
     /// (versions never repeat, see [`Delivery::version`]). `Ok(false)` when it
