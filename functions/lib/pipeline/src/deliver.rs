@@ -59,6 +59,16 @@ const LATE_RETAKES: usize = 3;
 /// delays are whole seconds, rounded up by dispatch).
 const EARLY_SLACK_MS: i64 = 500;
 
+/// How long a failure streak lasts at least once begun: a 2xx within it
+/// does not clear `failing_since` (see [`Deliverer::track_health`]). Each
+/// endpoint's health is then written at most twice per settle period
+/// however its attempts alternate, and an endpoint failing from then on is
+/// disabled at most this much early: a minute, or a tenth of
+/// `WEBHOOKS_DISABLE_AFTER` when that is shorter.
+pub fn health_settle(disable_after: chrono::Duration) -> chrono::Duration {
+    (disable_after / 10).min(chrono::Duration::minutes(1))
+}
+
 /// The deliver use case with its dependencies, built once per process.
 pub struct Deliverer<S, Q, H> {
     pub store: S,
@@ -233,13 +243,20 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
         // A listed delivery's first attempt: the message says all its event
         // would; only an item written meanwhile can say otherwise.
-        let found = match message.listed_delivery() {
-            Some(listed) => self
+        let found = match (message.listed_delivery(), message.version) {
+            (Some(listed), _) => self
                 .store
                 .get_delivery_item(&message.app_id, &message.delivery_id)
                 .await?
                 .or(Some(listed)),
-            None => {
+            // A later attempt: the earlier one wrote the delivery's item (no
+            // item: it expired, and the message is stale).
+            (None, Some(version)) if version > 0 => {
+                self.store
+                    .get_delivery_item(&message.app_id, &message.delivery_id)
+                    .await?
+            }
+            (None, _) => {
                 self.store
                     .get_delivery(&message.app_id, &message.delivery_id)
                     .await?
@@ -510,7 +527,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
     }
 
     /// Endpoint health after an attempt: the first failure with no 2xx since
-    /// is remembered (`failing_since`), a 2xx clears it, and an endpoint
+    /// is remembered (`failing_since`), a 2xx clears it once the streak is
+    /// older than [`health_settle`] (so `failing_since` is a streak's start
+    /// to within that, at most a minute), and an endpoint
     /// failing for `WEBHOOKS_DISABLE_AFTER` is disabled with its reason. A
     /// write happens only on a change of state, conditional on the
     /// endpoint's version (a concurrent deliver doing the same wins; no
@@ -525,6 +544,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             .unwrap_or(chrono::Duration::MAX);
         let failing_since = match (answered_2xx, endpoint.failing_since) {
             (true, None) => return Ok(()),
+            // A young streak is kept through a 2xx: a flapping endpoint
+            // (some attempts fail, most succeed) would otherwise cost two
+            // endpoint writes and a re-read per flip.
+            (true, Some(since)) if now - since < health_settle(disable_after) => return Ok(()),
             (true, Some(_)) => None,
             (false, None) => Some(now),
             (false, Some(since)) if now - since >= disable_after => {
@@ -808,7 +831,7 @@ mod tests {
         );
         let stored = StoredEvent {
             event: event.clone(),
-            targets: vec![ep.id.clone(), ep.id.clone()],
+            targets: vec![ep.id.clone(), ep.id.clone(), ep.id.clone()],
             fanout_remaining: vec![],
             fanout_version: 0,
         };
@@ -837,12 +860,44 @@ mod tests {
         let mut second = stored.listed_delivery(1).unwrap();
         let message = first_message(&second);
         second.requeue(now).unwrap();
-        deliverer.store.insert_delivery(second);
+        deliverer.store.insert_delivery(second.clone());
         assert_eq!(
             deliverer.handle(&message).await.unwrap(),
             DeliverOutcome::Stale
         );
         assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 1);
+
+        // Its version-1 message: read from its item alone, and sent.
+        assert_eq!(
+            deliverer
+                .handle(&first_message(&stored_delivery(&deliverer, &second.id)))
+                .await
+                .unwrap(),
+            DeliverOutcome::Delivered
+        );
+        assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 2);
+
+        // A later attempt's message for a delivery with no item (expired):
+        // stale, not rebuilt from the event's list.
+        let mut third = stored.listed_delivery(2).unwrap();
+        third.requeue(now).unwrap();
+        assert_eq!(
+            deliverer.handle(&first_message(&third)).await.unwrap(),
+            DeliverOutcome::Stale
+        );
+        assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 2);
+    }
+
+    fn stored_delivery<H>(
+        deliverer: &Deliverer<MemoryStore, MemoryQueue, H>,
+        id: &DeliveryId,
+    ) -> Delivery {
+        deliverer
+            .store
+            .delivery_items()
+            .into_iter()
+            .find(|d| &d.id == id)
+            .expect("the delivery's item")
     }
 
     /// A failure streak is measured from its first failure; a 2xx ends it;
@@ -858,7 +913,7 @@ mod tests {
             settings,
         );
         let t0 = chrono::Utc::now();
-        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        let at = |ms: i64| t0 + chrono::Duration::milliseconds(ms);
         let ep = Endpoint::new(
             EndpointId::generate(),
             AppId::parse("a").unwrap(),
@@ -868,26 +923,36 @@ mod tests {
         );
         deliverer.store.put_endpoint(&ep).await.unwrap();
         let current = || deliverer.store.endpoint(&ep.id).unwrap();
-        let steps: [(i64, bool, Option<i64>, bool); 6] = [
-            // (second, answered 2xx, failing since, disabled after it)
-            (0, false, Some(0), false),
-            (2, true, None, false),
-            (3, false, Some(3), false),
-            (5, false, Some(3), false), // 5 s after the first failure, 2 s into this streak
-            (6, false, Some(3), true),  // this streak reached 3 s
-            (7, true, Some(3), true),   // disabled: nothing is tracked any more
+        // The settle period is a tenth of 3 s.
+        assert_eq!(
+            health_settle(chrono::Duration::seconds(3)),
+            chrono::Duration::milliseconds(300)
+        );
+        assert_eq!(
+            health_settle(chrono::Duration::days(5)),
+            chrono::Duration::minutes(1)
+        );
+        let steps: [(i64, bool, Option<i64>, bool, bool); 9] = [
+            // (ms, answered 2xx, failing since, disabled after it, written)
+            (0, false, Some(0), false, true),
+            (100, true, Some(0), false, false), // a 2xx 0.1 s into the streak: it settles first
+            (250, false, Some(0), false, false),
+            (299, true, Some(0), false, false),
+            (2000, true, None, false, true),
+            (3000, false, Some(3000), false, true),
+            (5000, false, Some(3000), false, false), // 2 s into this streak
+            (6000, false, Some(3000), true, true),   // this streak reached 3 s
+            (7000, true, Some(3000), true, false),   // disabled: nothing is tracked any more
         ];
-        for (second, ok, since, disabled) in steps {
+        for (ms, ok, since, disabled, written) in steps {
             let endpoint = current();
             if !endpoint.disabled {
-                deliverer
-                    .track_health(&endpoint, ok, at(second))
-                    .await
-                    .unwrap();
+                deliverer.track_health(&endpoint, ok, at(ms)).await.unwrap();
             }
             let after = current();
-            assert_eq!(after.failing_since, since.map(at), "at {second}s");
-            assert_eq!(after.disabled, disabled, "at {second}s");
+            assert_eq!(after.failing_since, since.map(at), "at {ms} ms");
+            assert_eq!(after.disabled, disabled, "at {ms} ms");
+            assert_eq!(after.version != endpoint.version, written, "at {ms} ms");
         }
         assert!(current()
             .disabled_reason
