@@ -86,6 +86,8 @@ async function main() {
   check(await page.title() === "hookline · webhooks portal", "the link opens the portal, signed in");
   check(page.url() === base + "/portal", "the token is taken out of the address bar: " + page.url());
   check(await page.textContent("#app-name") === APP, "it names the app");
+  // The portal shows itself before its endpoint list has loaded.
+  await page.waitForFunction(() => document.querySelector("#endpoints").textContent.trim() !== "", null, { timeout: 15_000 });
   check((await page.textContent("#endpoints")).includes("No endpoints yet"), "the app's endpoints: none yet (not the other app's)");
 
   // The catalog, with schemas and examples.
