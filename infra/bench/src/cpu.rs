@@ -18,6 +18,10 @@ pub struct CpuFigures {
     pub deliveries: usize,
     pub ours_cpu_ms_per_delivery: f64,
     pub bare_post_cpu_ms_per_delivery: f64,
+    /// One bare AWS SDK request (GetItem) through the functions' SDK
+    /// configuration and HTTP client, to the same stub.
+    #[serde(default)]
+    pub sdk_request_cpu_ms: f64,
     /// Requests the stub answered per delivery (warm-up and setup included).
     #[serde(default)]
     pub aws_requests_per_delivery: f64,

@@ -47,6 +47,7 @@ struct StoreState {
     contended_commits: u32,
     /// The next this-many delivery reads fail (a throttled or broken store).
     failing_delivery_reads: u32,
+    failing_route_reads: u32,
     deliveries: HashMap<DeliveryId, Delivery>,
     /// The reconciler's sweep mark: the last event id it checked.
     sweep_mark: Option<EventId>,
@@ -107,6 +108,11 @@ impl MemoryStore {
         lock(&self.state).failing_delivery_reads = n;
     }
 
+    /// The next `n` endpoint-route queries fail with a retryable store error.
+    pub fn fail_next_route_reads(&self, n: u32) {
+        lock(&self.state).failing_route_reads = n;
+    }
+
     /// The next `n` commits meet a TransactionConflict.
     pub fn contend_next_commits(&self, n: u32) {
         lock(&self.state).contended_commits = n;
@@ -140,8 +146,12 @@ impl Store for MemoryStore {
             .collect())
     }
     async fn list_routes(&self, app: &AppId) -> Result<Vec<EndpointRoute>> {
-        Ok(lock(&self.state)
-            .endpoints
+        let mut s = lock(&self.state);
+        if s.failing_route_reads > 0 {
+            s.failing_route_reads -= 1;
+            return Err(crate::PipelineError::store("injected read failure", true));
+        }
+        Ok(s.endpoints
             .values()
             .filter(|e| &e.app_id == app)
             .map(EndpointRoute::from)

@@ -158,11 +158,20 @@ pub async fn ingest<S: Store, C: PayloadCheck>(
         r#"{"event_type": string, "payload": any JSON}"#,
     )?;
     let valid = validate_event(settings, request, idempotency_key)?;
-    check.check(store, &app_id, &valid).await?;
+    // The payload check (a catalog read when its cache misses) and the
+    // endpoint query at once: one round trip before the commit, not two.
+    // A refused payload wins over a failed query (its 400 is the answer),
+    // and costs the query's read.
     // No read of the key first: the commit is conditional on it, and a key
     // already taken comes back as the first answer to replay. One request
     // (and one read unit) less for every new event; a replay pays it.
-    let endpoints = store.list_routes(&app_id).await?;
+    let (checked, endpoints) = futures::future::join(
+        check.check(store, &app_id, &valid),
+        store.list_routes(&app_id),
+    )
+    .await;
+    checked?;
+    let endpoints = endpoints?;
     let planned = plan(&app_id, valid, &endpoints, now, rng)?;
     commit(store, &app_id, planned).await
 }
@@ -587,6 +596,78 @@ mod tests {
         )
         .await
         .expect("accepted")
+    }
+
+    /// A payload check that refuses every payload, counting its calls.
+    struct Refusing(std::sync::atomic::AtomicU32);
+
+    impl PayloadCheck for Refusing {
+        async fn check<S: Store>(
+            &self,
+            _store: &S,
+            _app_id: &AppId,
+            _valid: &ValidEvent,
+        ) -> Result<(), PipelineError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(PipelineError::invalid("payload_schema_mismatch", "refused"))
+        }
+    }
+
+    /// The payload check and the endpoint query run together: a refused
+    /// payload is the answer even when the query failed, a failed query is
+    /// a retryable error, and neither commits anything.
+    #[tokio::test]
+    async fn a_refused_payload_wins_over_a_failed_endpoint_query() {
+        let store = MemoryStore::default();
+        let mut rng = StdRng::seed_from_u64(7);
+        let refusing = Refusing(0.into());
+        store.fail_next_route_reads(1);
+        let err = ingest(
+            &store,
+            &settings(),
+            &refusing,
+            "acme",
+            None,
+            BODY,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .expect_err("refused");
+        assert!(!err.is_retryable(), "{err:?}");
+        assert!(err.to_string().contains("refused"), "{err}");
+        assert_eq!(refusing.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // The query ran alongside the check (its injected failure is spent):
+        // one round trip before the commit, not two.
+        ingest(
+            &store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            None,
+            BODY,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .expect("accepted");
+        assert_eq!(store.events().len(), 1);
+
+        store.fail_next_route_reads(1);
+        let err = ingest(
+            &store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            None,
+            BODY,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .expect_err("query failed");
+        assert!(err.is_retryable(), "{err:?}");
+        assert_eq!(store.events().len(), 1, "nothing committed");
     }
 
     /// DynamoDB answers TransactionConflict when a concurrent request holds

@@ -7,8 +7,11 @@
 //! The probe plays the event sources (it fetches the stub's stream and
 //! message logs); that harness work is timed apart and left out.
 //!
-//! Baseline, same process and run: a bare POST of the same signed body with
-//! a plain `reqwest` client (what any webhook sender pays at least).
+//! Baselines, same process and run: a bare POST of the same signed body with
+//! a plain `reqwest` client (what any webhook sender pays at least), and one
+//! bare AWS SDK request (a `GetItem` through the functions' own SDK
+//! configuration and HTTP client, to the same stub): what each of the
+//! pipeline's AWS requests costs before any of our code runs.
 //!
 //! CPU time is the process's main thread from the scheduler
 //! (`/proc/thread-self/schedstat`, ns): a current-thread runtime runs every
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Utc;
 use hookline_core::ids::{AppId, EndpointId};
 use hookline_core::model::Endpoint;
@@ -237,6 +241,32 @@ async fn main() -> Result<(), BoxError> {
     }
     let bare_cpu = thread_cpu().saturating_sub(start);
 
+    // Baseline: bare SDK requests, the functions' SDK configuration and
+    // HTTP client, to the same stub (an absent item's GetItem).
+    let aws = hookline_aws::clients::AwsEnvironment::from_env()?;
+    let dynamodb = hookline_aws::clients::DynamoDbClient::new(&hookline_aws::clients::sdk_config(
+        &aws,
+        Some(aws_url.as_str()),
+    ));
+    let get = || {
+        dynamodb
+            .get_item()
+            .table_name(&settings.table)
+            .key("PK", AttributeValue::S("bench#probe".into()))
+            .key("SK", AttributeValue::S("absent".into()))
+            .consistent_read(true)
+            .send()
+    };
+    for _ in 0..ROUND {
+        get().await?;
+    }
+    let sdk_requests = delivered.max(ROUND);
+    let start = thread_cpu();
+    for _ in 0..sdk_requests {
+        get().await?;
+    }
+    let sdk_cpu = thread_cpu().saturating_sub(start);
+
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1000.0 / n.max(1) as f64;
     use std::io::Write;
     writeln!(
@@ -246,6 +276,7 @@ async fn main() -> Result<(), BoxError> {
             "deliveries": delivered,
             "ours_cpu_ms_per_delivery": per(counted, delivered),
             "bare_post_cpu_ms_per_delivery": per(bare_cpu, delivered),
+            "sdk_request_cpu_ms": per(sdk_cpu, sdk_requests),
         })
     )?;
     Ok(())
