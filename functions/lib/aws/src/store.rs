@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
 use hookline_core::apikey::ApiKey;
 use hookline_core::catalog::EventTypeDef;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
@@ -52,6 +53,14 @@ fn av<T: serde::Serialize>(value: &T) -> Result<AttributeValue> {
 
 /// How long after its creation an event may be written to a time index
 /// (see [`Store::events_in_window`]).
+/// How many shard queries the reconciler has in flight at once, in each of
+/// its two lookups (the overdue index; the sweep, half on the event-time
+/// index and half on the day partitions). Each request in flight holds its
+/// own connection: on a first run, reading every shard at once opened one
+/// connection per shard (on AWS a TLS handshake each, on a fraction of a
+/// vCPU); a few at a time reuse them, for a few round trips more.
+const SHARD_READS_AT_ONCE: usize = 4;
+
 const WINDOW_WRITE_SLACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 /// Day partitions a replay call reads per event shard at most (a wider
 /// window goes on from the replay's position).
@@ -1958,11 +1967,13 @@ impl Store for DynamoStore {
     async fn overdue(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Vec<Overdue>> {
         // `#` sorts after every digit: all entries due strictly before cutoff.
         let below = format!("{}#", due_time(cutoff));
-        // The shards are read at once (a cold reconciler waits for one round
-        // trip, not eight in a row), each up to `limit`; the merge keeps the
-        // `limit` oldest over all shards.
+        // The shards are read a few at a time (see `SHARD_READS_AT_ONCE`),
+        // each up to `limit`; the merge keeps the `limit` oldest over all
+        // shards.
         let shards = (0..DUE_SHARDS).map(|shard| self.overdue_in_shard(shard, &below, limit));
-        let mut due: Vec<(String, OverdueEntry)> = futures::future::try_join_all(shards)
+        let mut due: Vec<(String, OverdueEntry)> = futures::stream::iter(shards)
+            .buffered(SHARD_READS_AT_ONCE)
+            .try_collect::<Vec<_>>()
             .await?
             .into_iter()
             .flatten()
@@ -2026,8 +2037,12 @@ impl Store for DynamoStore {
             }
         });
         let (indexed, by_day) = futures::future::try_join(
-            futures::future::try_join_all(indexed),
-            futures::future::try_join_all(by_day),
+            futures::stream::iter(indexed)
+                .buffered(SHARD_READS_AT_ONCE / 2)
+                .try_collect::<Vec<_>>(),
+            futures::stream::iter(by_day)
+                .buffered(SHARD_READS_AT_ONCE / 2)
+                .try_collect::<Vec<_>>(),
         )
         .await?;
         let mut next = SweepMarks {
