@@ -165,9 +165,11 @@ pub async fn ingest<S: Store, C: PayloadCheck>(
     // No read of the key first: the commit is conditional on it, and a key
     // already taken comes back as the first answer to replay. One request
     // (and one read unit) less for every new event; a replay pays it.
+    // Boxed: both futures side by side (each holding an SDK request) made
+    // the caller's future big enough to overflow a debug build's stack.
     let (checked, endpoints) = futures::future::join(
-        check.check(store, &app_id, &valid),
-        store.list_routes(&app_id),
+        Box::pin(check.check(store, &app_id, &valid)),
+        Box::pin(store.list_routes(&app_id)),
     )
     .await;
     checked?;
@@ -621,51 +623,40 @@ mod tests {
         let store = MemoryStore::default();
         let mut rng = StdRng::seed_from_u64(7);
         let refusing = Refusing(0.into());
+        // `BODY` for app `acme` without a key, vetted by `check`.
+        async fn send<C: PayloadCheck>(
+            store: &MemoryStore,
+            check: &C,
+            rng: &mut StdRng,
+        ) -> Result<Accepted, PipelineError> {
+            ingest(
+                store,
+                &settings(),
+                check,
+                "acme",
+                None,
+                BODY,
+                Utc::now(),
+                rng,
+            )
+            .await
+        }
         store.fail_next_route_reads(1);
-        let err = ingest(
-            &store,
-            &settings(),
-            &refusing,
-            "acme",
-            None,
-            BODY,
-            Utc::now(),
-            &mut rng,
-        )
-        .await
-        .expect_err("refused");
+        let err = send(&store, &refusing, &mut rng)
+            .await
+            .expect_err("refused");
         assert!(!err.is_retryable(), "{err:?}");
         assert!(err.to_string().contains("refused"), "{err}");
         assert_eq!(refusing.0.load(std::sync::atomic::Ordering::Relaxed), 1);
         // The query ran alongside the check (its injected failure is spent):
         // one round trip before the commit, not two.
-        ingest(
-            &store,
-            &settings(),
-            &Unchecked,
-            "acme",
-            None,
-            BODY,
-            Utc::now(),
-            &mut rng,
-        )
-        .await
-        .expect("accepted");
+        send(&store, &Unchecked, &mut rng).await.expect("accepted");
         assert_eq!(store.events().len(), 1);
 
         store.fail_next_route_reads(1);
-        let err = ingest(
-            &store,
-            &settings(),
-            &Unchecked,
-            "acme",
-            None,
-            BODY,
-            Utc::now(),
-            &mut rng,
-        )
-        .await
-        .expect_err("query failed");
+        let err = send(&store, &Unchecked, &mut rng)
+            .await
+            .expect_err("query failed");
         assert!(err.is_retryable(), "{err:?}");
         assert_eq!(store.events().len(), 1, "nothing committed");
     }
