@@ -901,7 +901,7 @@ async fn the_dynamodb_rate_limiter_never_hands_out_a_slot_twice() {
 
     let stack = Stack::start(&[]).await;
     let store = DynamoStore::new(
-        stack.clients.dynamodb.clone(),
+        &stack.clients,
         stack.settings.table.clone(),
         stack.settings.retention,
     );

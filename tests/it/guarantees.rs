@@ -585,7 +585,7 @@ fn new_container(
             .expect("the stack has a KMS key"),
     ));
     let store = hookline_aws::DynamoStore::new(
-        stack.clients.dynamodb.clone(),
+        &stack.clients,
         stack.settings.table.clone(),
         stack.settings.retention,
     )
@@ -685,7 +685,7 @@ async fn endpoint_secrets_are_sealed_at_rest() {
 
     // A legacy item (written before sealing) is read as it is.
     let plain_store = DynamoStore::new(
-        stack.clients.dynamodb.clone(),
+        &stack.clients,
         stack.settings.table.clone(),
         stack.settings.retention,
     );

@@ -348,7 +348,7 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
 
     let stack = Stack::start(&[]).await;
     let store = DynamoStore::new(
-        stack.clients.dynamodb.clone(),
+        &stack.clients,
         stack.settings.table.clone(),
         stack.settings.retention,
     );

@@ -52,6 +52,8 @@ pub fn function_clients(config: &SdkConfig, counter: Option<&CallCounter>) -> Cl
     };
     Clients {
         dynamodb: counted!(aws_sdk_dynamodb, config, counter),
+        dynamodb_http: hookline_aws::clients::dynamodb_http_of(config)
+            .observed_by(counter.dynamodb_observer()),
         sqs: counted!(aws_sdk_sqs, config, counter),
         kms: counted!(aws_sdk_kms, config, counter),
     }

@@ -1,5 +1,6 @@
 //! Counting every AWS request by operation: an SDK interceptor that the
-//! benchmark (and anyone curious) attaches to the clients. Each HTTP attempt
+//! benchmark (and anyone curious) attaches to the clients, and the same
+//! count as an observer of the direct DynamoDB client. Each HTTP attempt
 //! is counted (retries too: AWS bills them), with an estimate of the
 //! DynamoDB capacity the request consumes, from its body:
 //!
@@ -53,6 +54,17 @@ impl CallCounter {
         if let Ok(mut c) = self.counts.lock() {
             c.clear();
         }
+    }
+
+    /// The same count for the direct DynamoDB client
+    /// (`hookline_aws::dynamo_http`): each attempt's operation and body.
+    pub fn dynamodb_observer(&self) -> hookline_aws::dynamo_http::RequestObserver {
+        let counter = self.clone();
+        std::sync::Arc::new(move |operation: &str, body: &[u8]| {
+            let (wru, rru) = serde_json::from_slice::<Value>(body)
+                .map_or((0.0, 0.0), |body| dynamodb_capacity(operation, &body));
+            counter.record(format!("DynamoDB.{operation}"), wru, rru);
+        })
     }
 
     fn record(&self, op: String, wru: f64, rru: f64) {

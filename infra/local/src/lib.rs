@@ -162,16 +162,12 @@ impl LocalStack {
         let settings = Settings::from_lookup(|k| vars.get(k).cloned())?;
         // moto loses writes under concurrent transactions: one DynamoDB call at a time.
         let serial = hookline_aws::serial::Serial::one_at_a_time();
-        let store = DynamoStore::new(
-            clients.dynamodb.clone(),
-            settings.table.clone(),
-            settings.retention,
-        )
-        .serialized(serial.clone())
-        .sealed_with(Arc::new(hookline_aws::sealing::SecretSealer::new(
-            clients.kms.clone(),
-            pick(&resources.kms_keys, "SecretsKey")?,
-        )));
+        let store = DynamoStore::new(&clients, settings.table.clone(), settings.retention)
+            .serialized(serial.clone())
+            .sealed_with(Arc::new(hookline_aws::sealing::SecretSealer::new(
+                clients.kms.clone(),
+                pick(&resources.kms_keys, "SecretsKey")?,
+            )));
         let queue = SqsQueue::new(
             clients.sqs.clone(),
             settings.queue_url.clone(),

@@ -17,10 +17,15 @@ use hookline_pipeline::settings::ConfigError;
 pub use aws_sdk_dynamodb::Client as DynamoDbClient;
 pub use aws_types::SdkConfig;
 
+use crate::dynamo_http::DynamoHttp;
+
 /// The AWS clients the functions use.
 #[derive(Debug, Clone)]
 pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
+    /// DynamoDB's JSON API spoken directly, for the operations every
+    /// delivery makes ([`crate::dynamo_http`]).
+    pub dynamodb_http: DynamoHttp,
     pub sqs: aws_sdk_sqs::Client,
     pub kms: aws_sdk_kms::Client,
 }
@@ -73,11 +78,20 @@ impl AwsEnvironment {
 /// `endpoint_url` (moto, for `sam local invoke`:
 /// `Settings::aws_endpoint_url`) instead of AWS when given.
 pub fn sdk_config(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> SdkConfig {
+    sdk_config_on(aws, endpoint_url, reqwest_client(endpoint_url))
+}
+
+/// [`sdk_config`] on `http` (a client [`reqwest_client`] built).
+fn sdk_config_on(
+    aws: &AwsEnvironment,
+    endpoint_url: Option<&str>,
+    http: reqwest::Client,
+) -> SdkConfig {
     let mut config = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(aws.region.clone()))
         .credentials_provider(SharedCredentialsProvider::new(aws.credentials.clone()))
-        .http_client(http_client(endpoint_url))
+        .http_client(crate::transport::ReqwestHttpClient::on(http).shared())
         .time_source(SharedTimeSource::new(SystemTimeSource::new()))
         .retry_config(
             RetryConfig::standard()
@@ -103,14 +117,14 @@ pub fn sdk_config(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> SdkConfig
 /// Trust Services).
 pub const AMAZON_TRUST_SERVICES_PEM: &str = include_str!("../certs/amazon-trust-services.pem");
 
-/// The SDK's HTTPS client ([`crate::transport`]). Talking to AWS (or to a
-/// plain-HTTP local endpoint) it trusts the five Amazon Trust Services roots
-/// only: loading and parsing the system store's ~140 roots was a third of a
-/// cold start, on every function. A custom HTTPS endpoint (a proxy,
-/// LocalStack) gets Mozilla's root program (`webpki-roots`, compiled in).
-pub fn http_client(
-    endpoint_url: Option<&str>,
-) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+/// The HTTPS client every AWS request goes through, the SDK's
+/// ([`crate::transport`]) and [`DynamoHttp`]'s: one connection pool. Talking
+/// to AWS (or to a plain-HTTP local endpoint) it trusts the five Amazon
+/// Trust Services roots only: loading and parsing the system store's ~140
+/// roots was a third of a cold start, on every function. A custom HTTPS
+/// endpoint (a proxy, LocalStack) gets Mozilla's root program
+/// (`webpki-roots`, compiled in).
+pub fn reqwest_client(endpoint_url: Option<&str>) -> reqwest::Client {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let custom_https = endpoint_url.is_some_and(|url| url.starts_with("https://"));
@@ -124,19 +138,63 @@ pub fn http_client(
         roots.add_parsable_certificates(certs);
         hookline_pipeline::sender::tls_config_trusting(roots)
     };
-    crate::transport::ReqwestHttpClient::new(tls)
+    crate::transport::reqwest_client(tls)
         .expect("a reqwest client on a preconfigured rustls config, without proxies, builds")
-        .shared()
 }
 
 impl Clients {
+    /// The functions' clients, from Lambda's environment: every request on
+    /// one HTTP client (one connection pool).
+    pub fn new(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> Self {
+        let http = reqwest_client(endpoint_url);
+        let config = sdk_config_on(aws, endpoint_url, http.clone());
+        let dynamodb_http = DynamoHttp::new(
+            http,
+            &aws.region,
+            SharedCredentialsProvider::new(aws.credentials.clone()),
+            endpoint_url,
+        )
+        .expect("the endpoint URL was checked with the settings");
+        Self::with(&config, dynamodb_http)
+    }
+
+    /// Clients on `config` (the local stack, tests); the direct DynamoDB
+    /// client on an HTTP client of its own, with `config`'s region,
+    /// credentials and endpoint.
     pub fn from_config(config: &SdkConfig) -> Self {
+        Self::with(config, dynamodb_http_of(config))
+    }
+
+    /// The SDK clients on `config`, and `dynamodb_http`.
+    pub fn with(config: &SdkConfig, dynamodb_http: DynamoHttp) -> Self {
         Self {
             dynamodb: aws_sdk_dynamodb::Client::new(config),
+            dynamodb_http,
             sqs: aws_sdk_sqs::Client::new(config),
             kms: aws_sdk_kms::Client::new(config),
         }
     }
+}
+
+/// A [`DynamoHttp`] with `config`'s region, credentials and endpoint.
+///
+/// # Panics
+/// When `config` has no region or credentials provider, or a bad endpoint
+/// URL: a configuration the SDK clients could not use either.
+pub fn dynamodb_http_of(config: &SdkConfig) -> DynamoHttp {
+    let endpoint_url = config.endpoint_url();
+    DynamoHttp::new(
+        reqwest_client(endpoint_url),
+        config
+            .region()
+            .expect("an SDK configuration for DynamoDB has a region")
+            .as_ref(),
+        config
+            .credentials_provider()
+            .expect("an SDK configuration for DynamoDB has credentials"),
+        endpoint_url,
+    )
+    .expect("the SDK configuration's endpoint URL parses")
 }
 
 /// JSON logs (CloudWatch-friendly) filtered by `RUST_LOG` (default `info`).
@@ -200,12 +258,8 @@ pub async fn store_and_queue(
     settings: &hookline_pipeline::Settings,
 ) -> Result<(crate::DynamoStore, crate::SqsQueue), ConfigError> {
     let aws = AwsEnvironment::from_env()?;
-    let clients = Clients::from_config(&sdk_config(&aws, settings.aws_endpoint_url.as_deref()));
-    let mut store = crate::DynamoStore::new(
-        clients.dynamodb.clone(),
-        settings.table.clone(),
-        settings.retention,
-    );
+    let clients = Clients::new(&aws, settings.aws_endpoint_url.as_deref());
+    let mut store = crate::DynamoStore::new(&clients, settings.table.clone(), settings.retention);
     if settings.serialize_dynamodb {
         store = store.serialized(crate::serial::Serial::one_at_a_time());
     }
@@ -296,7 +350,7 @@ mod tests {
         let (valid, invalid) = store.add_parsable_certificates(certs);
         assert_eq!((valid, invalid), (5, 0));
         // Both kinds of client build (the roots are parsed on first use).
-        let _ = http_client(None);
-        let _ = http_client(Some("https://localhost.localstack.cloud:4566"));
+        let _ = reqwest_client(None);
+        let _ = reqwest_client(Some("https://localhost.localstack.cloud:4566"));
     }
 }

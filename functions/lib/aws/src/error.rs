@@ -1,4 +1,5 @@
-//! SDK errors -> [`PipelineError`], deciding what is retryable.
+//! SDK (and direct DynamoDB client) errors -> [`PipelineError`], deciding
+//! what is retryable.
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use hookline_pipeline::PipelineError;
@@ -41,6 +42,23 @@ where
     PipelineError::Store {
         retryable: is_retryable(&err),
         message: operation.to_owned(),
+        source: Some(Box::new(err)),
+    }
+}
+
+/// A DynamoDB error of the direct client ([`crate::dynamo_http`]).
+pub fn direct_error(err: crate::dynamo_http::DynamoHttpError) -> PipelineError {
+    let message = match &err {
+        crate::dynamo_http::DynamoHttpError::Service { operation, .. }
+        | crate::dynamo_http::DynamoHttpError::Transport { operation, .. }
+        | crate::dynamo_http::DynamoHttpError::Timeout { operation }
+        | crate::dynamo_http::DynamoHttpError::Decode { operation, .. }
+        | crate::dynamo_http::DynamoHttpError::Encode { operation, .. }
+        | crate::dynamo_http::DynamoHttpError::Credentials { operation, .. } => *operation,
+    };
+    PipelineError::Store {
+        retryable: err.is_retryable(),
+        message: message.to_owned(),
         source: Some(Box::new(err)),
     }
 }

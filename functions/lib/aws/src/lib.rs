@@ -4,6 +4,8 @@
 //!   (explicit retry and timeout settings; `WEBHOOKS_AWS_ENDPOINT_URL`
 //!   points them at moto locally).
 //! - [`transport`]: the SDK's HTTP client on `reqwest` (HTTP/1.1, rustls).
+//! - [`dynamo_http`]: DynamoDB's JSON API spoken directly (SigV4, retries)
+//!   for the operations every delivery makes, without the SDK orchestrator.
 //! - [`schema`]: the single-table design — keys, GSIs, item shapes (via
 //!   serde_dynamo) and stream-image decoding.
 //! - [`store`]: [`DynamoStore`], the [`Store`](hookline_pipeline::ports::Store) port.
@@ -17,6 +19,7 @@
 //! - [`error`]: SDK errors -> `PipelineError` with retryability.
 
 pub mod clients;
+pub mod dynamo_http;
 pub mod error;
 pub mod outbox;
 pub mod queue;

@@ -24,7 +24,9 @@ use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
 use serde_dynamo::Item;
 
-use crate::error::{condition_failed, corrupt, store_error};
+use crate::clients::Clients;
+use crate::dynamo_http::{DynamoHttp, Put, Query};
+use crate::error::{condition_failed, corrupt, direct_error, store_error};
 use crate::outbox;
 use crate::schema::{self, KeyedEvent, *};
 use crate::sealing::SecretSealer;
@@ -33,6 +35,9 @@ use crate::sealing::SecretSealer;
 #[derive(Debug, Clone)]
 pub struct DynamoStore {
     client: Client,
+    /// The operations every delivery makes (GetItem, PutItem, the routes'
+    /// Query), without the SDK orchestrator ([`crate::dynamo_http`]).
+    http: DynamoHttp,
     table: String,
     retention: Duration,
     /// Held across every call when set (moto loses writes under concurrency).
@@ -195,9 +200,11 @@ fn into_sdk(item: Item) -> HashMap<String, AttributeValue> {
 }
 
 impl DynamoStore {
-    pub fn new(client: Client, table: impl Into<String>, retention: Duration) -> Self {
+    /// The store of `table` on `clients`' DynamoDB clients.
+    pub fn new(clients: &Clients, table: impl Into<String>, retention: Duration) -> Self {
         Self {
-            client,
+            client: clients.dynamodb.clone(),
+            http: clients.dynamodb_http.clone(),
             table: table.into(),
             retention,
             serial: Default::default(),
@@ -283,17 +290,12 @@ impl DynamoStore {
     }
 
     /// Writes an item that must not exist yet (create-only).
-    async fn put_new(&self, item: HashMap<String, AttributeValue>) -> Result<()> {
+    async fn put_new(&self, item: Item) -> Result<()> {
         let _g = self.guard().await;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(PK)")
-            .send()
+        self.http
+            .put_item(&Put::new(&self.table, &item).condition("attribute_not_exists(PK)"))
             .await
-            .map_err(|e| store_error("PutItem", e))?;
-        Ok(())
+            .map_err(direct_error)
     }
 
     fn key(pk: String, sk: &str) -> HashMap<String, AttributeValue> {
@@ -333,21 +335,17 @@ impl DynamoStore {
             self.retention,
             indexed_at,
         )?;
-        self.put_absent(into_sdk(item)).await.map(|_| ())
+        self.put_absent(item).await.map(|_| ())
     }
 
     /// Writes an item unless one exists at its key; `Ok(false)`: one did.
-    async fn put_absent(&self, item: HashMap<String, AttributeValue>) -> Result<bool> {
+    async fn put_absent(&self, item: Item) -> Result<bool> {
         let _g = self.guard().await;
         let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(PK)")
-            .send()
+            .http
+            .put_item(&Put::new(&self.table, &item).condition("attribute_not_exists(PK)"))
             .await;
-        condition_to_bool(result, "PutItem")
+        direct_condition_to_bool(result)
     }
 
     /// A keyed event with no delivery items: the key's record first (it
@@ -369,24 +367,23 @@ impl DynamoStore {
         let claimed = {
             let _g = self.guard().await;
             let result = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(into_sdk(claim)))
-                // An expired record (TTL deletion lags by up to days) may be
-                // taken over at once.
-                .condition_expression("attribute_not_exists(PK) OR expires_at <= :now")
-                .expression_attribute_values(
-                    ":now",
-                    AttributeValue::N(record.created_at.timestamp().to_string()),
+                .http
+                .put_item(
+                    &Put::new(&self.table, &claim)
+                        // An expired record (TTL deletion lags by up to days)
+                        // may be taken over at once.
+                        .condition("attribute_not_exists(PK) OR expires_at <= :now")
+                        .value(
+                            ":now",
+                            serde_dynamo::AttributeValue::N(
+                                record.created_at.timestamp().to_string(),
+                            ),
+                        ),
                 )
-                .send()
                 .await;
             match result {
-                Err(err) if crate::error::is_transaction_conflict(&err) => {
-                    return Ok(CommitOutcome::Contended)
-                }
-                other => condition_to_bool(other, "PutItem")?,
+                Err(err) if err.is_transaction_conflict() => return Ok(CommitOutcome::Contended),
+                other => direct_condition_to_bool(other)?,
             }
         };
         if claimed {
@@ -613,18 +610,16 @@ impl DynamoStore {
         // Its item and (for a listed delivery, which has no item before its
         // first attempt) the event that lists it: one request. On a cold
         // start, when this version took over the table, alongside.
-        let (pk, sk) = delivery_key(app, id);
-        let mut keys = vec![Self::key(pk, &sk)];
+        let mut keys = vec![delivery_key(app, id)];
         if let Some((event_id, _)) = id.fanout_origin().filter(|_| listed) {
-            let (event_pk, event_sk) = event_key(&event_id);
-            keys.push(Self::key(event_pk, &event_sk));
+            keys.push(event_key(&event_id));
         }
         let mut round = 0;
         let event = loop {
             // Boxed: SDK futures are large, and a deep handler's state
             // machine must not overflow a thread's stack.
             let (items, legacy_possible) = futures::future::try_join(
-                Box::pin(self.get_consistent(keys.clone())),
+                Box::pin(self.get_consistent(&keys)),
                 Box::pin(self.legacy_delivery_possible(id)),
             )
             .await?;
@@ -687,25 +682,16 @@ impl DynamoStore {
 
     /// The items at `keys` (consistent reads): one GetItem for one key,
     /// else a BatchGetItem.
-    async fn get_consistent(
-        &self,
-        keys: Vec<HashMap<String, AttributeValue>>,
-    ) -> Result<Vec<Item>> {
-        match <[_; 1]>::try_from(keys) {
-            Ok([key]) => {
-                let _g = self.guard().await;
-                let out = self
-                    .client
-                    .get_item()
-                    .table_name(&self.table)
-                    .set_key(Some(key))
-                    .consistent_read(true)
-                    .send()
-                    .await
-                    .map_err(|e| store_error("GetItem", e))?;
-                Ok(out.item.map(Item::from).into_iter().collect())
+    async fn get_consistent(&self, keys: &[(String, String)]) -> Result<Vec<Item>> {
+        match keys {
+            [(pk, sk)] => Ok(self.get(pk.clone(), sk).await?.into_iter().collect()),
+            keys => {
+                let keys = keys
+                    .iter()
+                    .map(|(pk, sk)| Self::key(pk.clone(), sk))
+                    .collect();
+                self.batch_get(keys, true, None).await
             }
-            Err(keys) => self.batch_get(keys, true, None).await,
         }
     }
 
@@ -722,10 +708,7 @@ impl DynamoStore {
                     return schema::delivery_shape_from_item(item);
                 }
                 let now = Utc::now();
-                if self
-                    .put_absent(into_sdk(schema::delivery_shape_item(now)?))
-                    .await?
-                {
+                if self.put_absent(schema::delivery_shape_item(now)?).await? {
                     return Ok(now);
                 }
                 let item = self
@@ -799,18 +782,13 @@ impl DynamoStore {
         }
     }
 
+    /// The item at (`pk`, `sk`), read consistently.
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
         let _g = self.guard().await;
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(pk, sk)))
-            .consistent_read(true)
-            .send()
+        self.http
+            .get_item(&self.table, &pk, sk)
             .await
-            .map_err(|e| store_error("GetItem", e))?;
-        Ok(out.item.map(Item::from))
+            .map_err(direct_error)
     }
 
     /// The items at `keys` that exist, in any order: BatchGetItem by 100,
@@ -1246,20 +1224,24 @@ impl Store for DynamoStore {
     }
 
     async fn list_routes(&self, app: &AppId) -> Result<Vec<EndpointRoute>> {
-        self.query_all(|q| {
-            Self::endpoints_of(q, app)
-                .projection_expression("#id, #types, #disabled")
-                .expression_attribute_names("#id", "id")
-                .expression_attribute_names("#types", "event_types")
-                .expression_attribute_names("#disabled", "disabled")
-                .consistent_read(true)
-        })
-        .await?
-        .into_iter()
-        .map(|item| {
-            serde_dynamo::from_item(Item::from(item)).map_err(|e| corrupt("endpoint item", e))
-        })
-        .collect()
+        use serde_dynamo::AttributeValue as Value;
+        // Every ingest request asks: on the direct client (the SDK's
+        // `endpoints_of` query, projected to what routing reads).
+        let query = Query::new(&self.table, "PK = :pk AND begins_with(SK, :ep)")
+            .value(":pk", Value::S(app_pk(app)))
+            .value(":ep", Value::S("EP#".into()))
+            .projection("#id, #types, #disabled")
+            .name("#id", "id")
+            .name("#types", "event_types")
+            .name("#disabled", "disabled");
+        let items = {
+            let _g = self.guard().await;
+            self.http.query_all(&query).await.map_err(direct_error)?
+        };
+        items
+            .into_iter()
+            .map(|item| serde_dynamo::from_item(item).map_err(|e| corrupt("endpoint item", e)))
+            .collect()
     }
 
     async fn get_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<Option<Endpoint>> {
@@ -1271,7 +1253,7 @@ impl Store for DynamoStore {
 
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         let item = self.endpoint_to_sdk(endpoint).await?;
-        self.put_new(item).await
+        self.put_new(Item::from(item)).await
     }
 
     async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
@@ -1839,19 +1821,19 @@ impl Store for DynamoStore {
             // The first write of a listed delivery creates its item; an item
             // at version 0 (written before versions, or materialised) is
             // replaced whole. Either way, only from version 0.
+            let item = schema::delivery_item(d, self.retention)?;
             let _g = self.guard().await;
             let result = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(into_sdk(schema::delivery_item(d, self.retention)?)))
-                .condition_expression(
-                    "attribute_not_exists(PK) OR attribute_not_exists(version) OR version = :expected_version",
+                .http
+                .put_item(
+                    &Put::new(&self.table, &item)
+                        .condition(
+                            "attribute_not_exists(PK) OR attribute_not_exists(version) OR version = :expected_version",
+                        )
+                        .value(":expected_version", serde_dynamo::AttributeValue::N("0".into())),
                 )
-                .expression_attribute_values(":expected_version", AttributeValue::N("0".into()))
-                .send()
                 .await;
-            return condition_to_bool(result, "PutItem");
+            return direct_condition_to_bool(result);
         }
         let (pk, sk) = delivery_key(&d.app_id, &d.id);
         let mut set = vec![
@@ -2151,7 +2133,7 @@ impl Store for DynamoStore {
     }
 
     async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {
-        self.put_absent(into_sdk(schema::delivery_item(delivery, self.retention)?))
+        self.put_absent(schema::delivery_item(delivery, self.retention)?)
             .await
     }
 
@@ -2311,7 +2293,7 @@ impl Store for DynamoStore {
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
-        self.put_new(into_sdk(schema::api_key_item(key)?)).await
+        self.put_new(schema::api_key_item(key)?).await
     }
 
     async fn get_api_key(&self, id: &ApiKeyId) -> Result<Option<ApiKey>> {
@@ -2429,6 +2411,18 @@ where
         Ok(_) => Ok(true),
         Err(err) if crate::error::is_condition_failure(&err) => Ok(false),
         Err(err) => Err(store_error(op, err)),
+    }
+}
+
+/// A direct client's conditional write: `Ok(false)` when its condition
+/// failed.
+fn direct_condition_to_bool(
+    result: std::result::Result<(), crate::dynamo_http::DynamoHttpError>,
+) -> Result<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(err) if err.is_condition_failure() => Ok(false),
+        Err(err) => Err(direct_error(err)),
     }
 }
 

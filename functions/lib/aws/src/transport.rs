@@ -30,18 +30,22 @@ pub struct ReqwestHttpClient {
     client: reqwest::Client,
 }
 
+/// A `reqwest` client for AWS on `tls` (its roots only: no system store,
+/// nothing loaded from the disk), HTTP/1.1, no proxy from the environment.
+pub fn reqwest_client(tls: rustls::ClientConfig) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+}
+
 impl ReqwestHttpClient {
-    /// A client on `tls` (its roots only: no system store, nothing loaded
-    /// from the disk), HTTP/1.1, no proxy from the environment.
-    pub fn new(tls: rustls::ClientConfig) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
-        Ok(Self { client })
+    /// The SDK's transport on `client` (sharing its connection pool).
+    pub fn on(client: reqwest::Client) -> Self {
+        Self { client }
     }
 
     pub fn shared(self) -> SharedHttpClient {

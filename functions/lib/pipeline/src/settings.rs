@@ -253,7 +253,10 @@ impl Settings {
             )?,
             deliver_function_timeout: vars
                 .duration("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", Duration::from_secs(30))?,
-            aws_endpoint_url: vars.get("WEBHOOKS_AWS_ENDPOINT_URL"),
+            aws_endpoint_url: match vars.get("WEBHOOKS_AWS_ENDPOINT_URL") {
+                Some(text) => Some(aws_endpoint_url(text)?),
+                None => None,
+            },
             portal_url: match vars.get("WEBHOOKS_PORTAL_URL") {
                 Some(text) => Some(portal_url(&text)?),
                 None => None,
@@ -351,6 +354,19 @@ impl Settings {
 
 /// An absolute http(s) URL without a fragment (the session's token goes
 /// there).
+/// An AWS endpoint override: an http(s) URL with a host, kept as given.
+fn aws_endpoint_url(text: String) -> Result<String, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
+        var: "WEBHOOKS_AWS_ENDPOINT_URL",
+        reason,
+    };
+    let url = url::Url::parse(&text).map_err(|e| invalid(format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "https" | "http") || url.host_str().is_none() {
+        return Err(invalid("expected an http(s) URL with a host".into()));
+    }
+    Ok(text)
+}
+
 fn portal_url(text: &str) -> Result<String, ConfigError> {
     let invalid = |reason: &str| ConfigError::Invalid {
         var: "WEBHOOKS_PORTAL_URL",
@@ -415,6 +431,13 @@ mod tests {
         assert!(s.allow_private_endpoints && s.emf_metrics);
         assert_eq!(s.table, "t1");
         assert_eq!(s.aws_endpoint_url.as_deref(), Some("http://127.0.0.1:5000"));
+        for bad in ["127.0.0.1:5000", "ftp://moto", "http://"] {
+            let err = with(&[("WEBHOOKS_AWS_ENDPOINT_URL", bad)]).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Invalid { var, .. } if var == "WEBHOOKS_AWS_ENDPOINT_URL"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]
