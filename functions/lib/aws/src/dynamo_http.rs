@@ -1,6 +1,7 @@
 //! [`DynamoHttp`]: DynamoDB's JSON API spoken directly — SigV4 and the
 //! `application/x-amz-json-1.0` protocol on the functions' `reqwest` client —
-//! for the operations every delivery makes (GetItem, PutItem, Query).
+//! for the operations every delivery makes (GetItem, PutItem, UpdateItem,
+//! Query).
 //!
 //! Why: the AWS SDK's orchestrator runs, per request, a config-bag merge,
 //! endpoint rules, a dozen interceptors and its retry state machine; on a
@@ -158,10 +159,12 @@ impl DynamoHttpError {
 #[derive(Clone)]
 pub struct DynamoHttp {
     http: reqwest::Client,
-    /// `https://dynamodb.<region>.amazonaws.com/`, or the local endpoint.
-    url: String,
+    /// `https://dynamodb.<region>.amazonaws.com/`, or the local endpoint
+    /// (parsed once: reqwest would parse a string on every request).
+    url: url::Url,
     /// The `host` header signed (and sent): the URL's authority.
     host: String,
+    host_header: http::HeaderValue,
     region: String,
     /// Lambda's: the execution role's, from the environment (static).
     credentials: SharedCredentialsProvider,
@@ -173,7 +176,7 @@ pub struct DynamoHttp {
 impl std::fmt::Debug for DynamoHttp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DynamoHttp")
-            .field("url", &self.url)
+            .field("url", &self.url.as_str())
             .field("region", &self.region)
             .field("observed", &self.observer.is_some())
             .finish_non_exhaustive()
@@ -198,10 +201,13 @@ impl DynamoHttp {
             (Some(host), None) => host.to_owned(),
             (None, _) => return Err(url::ParseError::EmptyHost),
         };
+        let host_header = http::HeaderValue::from_str(&host)
+            .map_err(|_| url::ParseError::InvalidDomainCharacter)?;
         Ok(Self {
             http,
-            url: url.to_string(),
+            url,
             host,
+            host_header,
             region: region.to_owned(),
             credentials,
             signing_key: Arc::default(),
@@ -239,7 +245,7 @@ impl DynamoHttp {
             key: TableKey::new(pk, sk),
             consistent_read: true,
         };
-        let response: Response = self.call("GetItem", &request).await?;
+        let response: Response = self.call(Operation::GetItem, &request).await?;
         Ok(response.item)
     }
 
@@ -248,13 +254,22 @@ impl DynamoHttp {
     pub async fn put_item(&self, put: &Put<'_>) -> Result<(), DynamoHttpError> {
         #[derive(Deserialize)]
         struct Response {}
-        let _: Response = self.call("PutItem", put).await?;
+        let _: Response = self.call(Operation::PutItem, put).await?;
+        Ok(())
+    }
+
+    /// Applies `update`; a failed condition is
+    /// [`DynamoHttpError::is_condition_failure`].
+    pub async fn update_item(&self, update: &Update<'_>) -> Result<(), DynamoHttpError> {
+        #[derive(Deserialize)]
+        struct Response {}
+        let _: Response = self.call(Operation::UpdateItem, update).await?;
         Ok(())
     }
 
     /// One page of `query`.
     pub async fn query(&self, query: &Query<'_>) -> Result<QueryPage, DynamoHttpError> {
-        self.call("Query", query).await
+        self.call(Operation::Query, query).await
     }
 
     /// Every item `query` finds, page after page.
@@ -274,13 +289,14 @@ impl DynamoHttp {
     /// `operation` with `request` as its body, retried as the module says.
     async fn call<Q: Serialize + ?Sized, A: serde::de::DeserializeOwned>(
         &self,
-        operation: &'static str,
+        op: Operation,
         request: &Q,
     ) -> Result<A, DynamoHttpError> {
+        let operation = op.name();
         let body = serde_json::to_vec(request)
             .map_err(|source| DynamoHttpError::Encode { operation, source })?;
         let body = bytes::Bytes::from(body);
-        let answer = tokio::time::timeout(OPERATION_TIMEOUT, self.with_retries(operation, body))
+        let answer = tokio::time::timeout(OPERATION_TIMEOUT, self.with_retries(op, body))
             .await
             .map_err(|_| DynamoHttpError::Timeout { operation })??;
         serde_json::from_slice(&answer)
@@ -289,12 +305,12 @@ impl DynamoHttp {
 
     async fn with_retries(
         &self,
-        operation: &'static str,
+        op: Operation,
         body: bytes::Bytes,
     ) -> Result<bytes::Bytes, DynamoHttpError> {
         let mut attempt = 1;
         loop {
-            let outcome = self.attempt(operation, body.clone()).await;
+            let outcome = self.attempt(op, body.clone()).await;
             let retry = match &outcome {
                 Ok(_) => false,
                 Err(err) => attempt < MAX_ATTEMPTS && err.deserves_retry(),
@@ -310,9 +326,10 @@ impl DynamoHttp {
 
     async fn attempt(
         &self,
-        operation: &'static str,
+        op: Operation,
         body: bytes::Bytes,
     ) -> Result<bytes::Bytes, DynamoHttpError> {
+        let operation = op.name();
         if let Some(observe) = &self.observer {
             observe(operation, &body);
         }
@@ -321,22 +338,43 @@ impl DynamoHttp {
             .provide_credentials()
             .await
             .map_err(|source| DynamoHttpError::Credentials { operation, source })?;
-        let target = format!("DynamoDB_20120810.{operation}");
-        let signed = self.sign(&credentials, &target, &body, Utc::now());
-        let mut request = self
-            .http
-            .post(&self.url)
-            .timeout(ATTEMPT_TIMEOUT)
-            .header(http::header::HOST, &self.host)
-            .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
-            .header("x-amz-target", target)
-            .header("x-amz-date", signed.amz_date)
-            .header(http::header::AUTHORIZATION, signed.authorization);
+        let target = op.target();
+        let signed = self.sign(&credentials, target, &body, Utc::now());
+        // Names and constant values built once, not parsed per request.
+        let mut headers = http::HeaderMap::with_capacity(8);
+        headers.insert(http::header::HOST, self.host_header.clone());
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(CONTENT_TYPE),
+        );
+        headers.insert(X_AMZ_TARGET, http::HeaderValue::from_static(target));
+        let signed_value = |value: String| {
+            http::HeaderValue::try_from(value).map_err(|_| DynamoHttpError::Credentials {
+                operation,
+                source:
+                    aws_credential_types::provider::error::CredentialsError::invalid_configuration(
+                        "the credentials hold characters no HTTP header can carry",
+                    ),
+            })
+        };
+        headers.insert(X_AMZ_DATE, signed_value(signed.amz_date)?);
+        headers.insert(
+            http::header::AUTHORIZATION,
+            signed_value(signed.authorization)?,
+        );
         if let Some(token) = credentials.session_token() {
-            request = request.header("x-amz-security-token", token);
+            headers.insert(X_AMZ_SECURITY_TOKEN, signed_value(token.trim().to_owned())?);
         }
         let transport = |source| DynamoHttpError::Transport { operation, source };
-        let response = request.body(body).send().await.map_err(transport)?;
+        let response = self
+            .http
+            .post(self.url.clone())
+            .timeout(ATTEMPT_TIMEOUT)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(transport)?;
         let status = response.status();
         let header_code = response
             .headers()
@@ -364,7 +402,19 @@ impl DynamoHttp {
         body: &[u8],
         now: DateTime<Utc>,
     ) -> Signed {
-        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
+        use chrono::{Datelike, Timelike};
+        use std::fmt::Write;
+        let mut amz_date = String::with_capacity(16);
+        let _ = write!(
+            amz_date,
+            "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+            now.year(),
+            now.month(),
+            now.day(),
+            now.hour(),
+            now.minute(),
+            now.second()
+        );
         let date = &amz_date[..8];
         let token = credentials.session_token();
         let signed_headers = if token.is_some() {
@@ -372,45 +422,79 @@ impl DynamoHttp {
         } else {
             "content-type;host;x-amz-date;x-amz-target"
         };
-        let mut canonical = String::with_capacity(512);
-        canonical.push_str("POST\n/\n\n");
-        canonical.push_str(&format!(
-            "content-type:{CONTENT_TYPE}\nhost:{}\nx-amz-date:{amz_date}\n",
-            self.host
-        ));
-        if let Some(token) = token {
-            canonical.push_str(&format!("x-amz-security-token:{}\n", token.trim()));
+        let mut hex = [0u8; 64];
+        let mut canonical = String::with_capacity(384);
+        for part in [
+            "POST\n/\n\ncontent-type:",
+            CONTENT_TYPE,
+            "\nhost:",
+            &self.host,
+            "\nx-amz-date:",
+            &amz_date,
+            "\n",
+        ] {
+            canonical.push_str(part);
         }
-        canonical.push_str(&format!(
-            "x-amz-target:{target}\n\n{signed_headers}\n{}",
-            hex::encode(Sha256::digest(body))
-        ));
-        let scope = format!("{date}/{}/{SERVICE}/aws4_request", self.region);
-        let string_to_sign = format!(
-            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-            hex::encode(Sha256::digest(canonical.as_bytes()))
-        );
-        let key = self.signing_key_for(credentials, date);
-        let signature = hex::encode(hmac(&key, string_to_sign.as_bytes()));
+        if let Some(token) = token {
+            canonical.push_str("x-amz-security-token:");
+            canonical.push_str(token.trim());
+            canonical.push('\n');
+        }
+        for part in [
+            "x-amz-target:",
+            target,
+            "\n\n",
+            signed_headers,
+            "\n",
+            hex_of(&Sha256::digest(body).into(), &mut hex),
+        ] {
+            canonical.push_str(part);
+        }
+        let mut scope = String::with_capacity(48);
+        for part in [date, "/", &self.region, "/", SERVICE, "/aws4_request"] {
+            scope.push_str(part);
+        }
+        let mut mac = self.signing_mac_for(credentials, date);
+        for part in [
+            "AWS4-HMAC-SHA256\n",
+            &amz_date,
+            "\n",
+            &scope,
+            "\n",
+            hex_of(&Sha256::digest(canonical.as_bytes()).into(), &mut hex),
+        ] {
+            mac.update(part.as_bytes());
+        }
+        let signature: [u8; 32] = mac.finalize().into_bytes().into();
+        let mut authorization = String::with_capacity(256);
+        for part in [
+            "AWS4-HMAC-SHA256 Credential=",
+            credentials.access_key_id(),
+            "/",
+            &scope,
+            ", SignedHeaders=",
+            signed_headers,
+            ", Signature=",
+            hex_of(&signature, &mut hex),
+        ] {
+            authorization.push_str(part);
+        }
         Signed {
-            authorization: format!(
-                "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_headers}, Signature={signature}",
-                credentials.access_key_id()
-            ),
+            authorization,
             amz_date,
         }
     }
 
-    /// The signing key of `date` (`YYYYMMDD`), derived once per day (and
-    /// again when the credentials change).
-    fn signing_key_for(&self, credentials: &Credentials, date: &str) -> [u8; 32] {
+    /// An HMAC keyed with the signing key of `date` (`YYYYMMDD`), derived
+    /// once per day (and again when the credentials change).
+    fn signing_mac_for(&self, credentials: &Credentials, date: &str) -> Hmac<Sha256> {
         let mut cached = self
             .signing_key
             .lock()
             .expect("the signing key lock is never held across a panic");
         if let Some(known) = cached.as_ref() {
             if known.date == date && known.secret == credentials.secret_access_key() {
-                return known.key;
+                return known.mac.clone();
             }
         }
         let secret = format!("AWS4{}", credentials.secret_access_key());
@@ -419,12 +503,13 @@ impl DynamoHttp {
             .fold(hmac(secret.as_bytes(), date.as_bytes()), |key, part| {
                 hmac(&key, part)
             });
+        let mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes a key of any length");
         *cached = Some(SigningKey {
             date: date.to_owned(),
             secret: credentials.secret_access_key().to_owned(),
-            key,
+            mac: mac.clone(),
         });
-        key
+        mac
     }
 }
 
@@ -432,7 +517,49 @@ impl DynamoHttp {
 struct SigningKey {
     date: String,
     secret: String,
-    key: [u8; 32],
+    /// Keyed, nothing hashed yet: each signature clones it.
+    mac: Hmac<Sha256>,
+}
+
+/// `bytes` as lowercase hex, in `out`.
+fn hex_of<'a>(bytes: &[u8; 32], out: &'a mut [u8; 64]) -> &'a str {
+    hex::encode_to_slice(bytes, out).expect("64 hex digits fit 32 bytes");
+    std::str::from_utf8(out).expect("hex digits are ASCII")
+}
+
+const X_AMZ_TARGET: http::HeaderName = http::HeaderName::from_static("x-amz-target");
+const X_AMZ_DATE: http::HeaderName = http::HeaderName::from_static("x-amz-date");
+const X_AMZ_SECURITY_TOKEN: http::HeaderName =
+    http::HeaderName::from_static("x-amz-security-token");
+
+/// The operations this client speaks.
+#[derive(Debug, Clone, Copy)]
+enum Operation {
+    GetItem,
+    PutItem,
+    UpdateItem,
+    Query,
+}
+
+impl Operation {
+    fn name(self) -> &'static str {
+        match self {
+            Self::GetItem => "GetItem",
+            Self::PutItem => "PutItem",
+            Self::UpdateItem => "UpdateItem",
+            Self::Query => "Query",
+        }
+    }
+
+    /// Its `x-amz-target` header.
+    fn target(self) -> &'static str {
+        match self {
+            Self::GetItem => "DynamoDB_20120810.GetItem",
+            Self::PutItem => "DynamoDB_20120810.PutItem",
+            Self::UpdateItem => "DynamoDB_20120810.UpdateItem",
+            Self::Query => "DynamoDB_20120810.Query",
+        }
+    }
 }
 
 struct Signed {
@@ -556,6 +683,54 @@ impl<'a> Put<'a> {
     /// Binds `name` (`:name`) in the condition.
     pub fn value(mut self, name: &'a str, value: AttributeValue) -> Self {
         self.expression_attribute_values.insert(name, value);
+        self
+    }
+}
+
+/// An UpdateItem request.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Update<'a> {
+    pub table_name: &'a str,
+    key: TableKey<'a>,
+    pub update_expression: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub condition_expression: Option<&'a str>,
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub expression_attribute_names: HashMap<String, String>,
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub expression_attribute_values: HashMap<String, AttributeValue>,
+}
+
+impl<'a> Update<'a> {
+    /// `expression` on the item at (`pk`, `sk`) of `table`.
+    pub fn new(table: &'a str, pk: &'a str, sk: &'a str, expression: String) -> Self {
+        Self {
+            table_name: table,
+            key: TableKey::new(pk, sk),
+            update_expression: expression,
+            condition_expression: None,
+            expression_attribute_names: HashMap::new(),
+            expression_attribute_values: HashMap::new(),
+        }
+    }
+
+    /// Only if `condition` holds.
+    pub fn condition(mut self, condition: &'a str) -> Self {
+        self.condition_expression = Some(condition);
+        self
+    }
+
+    /// Binds `name` (`:name`).
+    pub fn value(mut self, name: impl Into<String>, value: AttributeValue) -> Self {
+        self.expression_attribute_values.insert(name.into(), value);
+        self
+    }
+
+    /// Binds `placeholder` (`#name`) to attribute `name`.
+    pub fn name(mut self, placeholder: impl Into<String>, name: impl Into<String>) -> Self {
+        self.expression_attribute_names
+            .insert(placeholder.into(), name.into());
         self
     }
 }
@@ -759,7 +934,10 @@ mod tests {
             None,
         )
         .expect("valid");
-        assert_eq!(aws.url, "https://dynamodb.sa-east-1.amazonaws.com/");
+        assert_eq!(
+            aws.url.as_str(),
+            "https://dynamodb.sa-east-1.amazonaws.com/"
+        );
         assert_eq!(aws.host, "dynamodb.sa-east-1.amazonaws.com");
         let shown = format!("{aws:?}");
         assert!(
@@ -938,6 +1116,40 @@ mod tests {
         assert!(!requests[0]
             .to_ascii_lowercase()
             .contains("x-amz-security-token"));
+    }
+
+    #[tokio::test]
+    async fn an_update_names_its_key_expression_and_bindings() {
+        let (url, server) = serve(vec![answer("200 OK", "{}")]);
+        client(&url, None)
+            .update_item(
+                &Update::new("t", "a", "b", "SET #s = :s ADD n :one".into())
+                    .condition("version = :v")
+                    .name("#s", "status")
+                    .value(":s", AttributeValue::S("ok".into()))
+                    .value(":one", AttributeValue::N("1".into()))
+                    .value(":v", AttributeValue::N("3".into())),
+            )
+            .await
+            .expect("updated");
+        let request = server.join().expect("server").remove(0);
+        let body: serde_json::Value =
+            serde_json::from_str(&request[request.find("\r\n\r\n").expect("a body") + 4..])
+                .expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "TableName": "t",
+                "Key": {"PK": {"S": "a"}, "SK": {"S": "b"}},
+                "UpdateExpression": "SET #s = :s ADD n :one",
+                "ConditionExpression": "version = :v",
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {":s": {"S": "ok"}, ":one": {"N": "1"}, ":v": {"N": "3"}}
+            })
+        );
+        assert!(request
+            .to_ascii_lowercase()
+            .contains("x-amz-target: dynamodb_20120810.updateitem"));
     }
 
     #[tokio::test]

@@ -52,6 +52,11 @@ fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
+/// `value` as the direct client's attribute value.
+fn direct_value<T: serde::Serialize>(value: &T) -> Result<serde_dynamo::AttributeValue> {
+    serde_dynamo::to_attribute_value(value).map_err(|e| corrupt("attribute", e))
+}
+
 fn av<T: serde::Serialize>(value: &T) -> Result<AttributeValue> {
     serde_dynamo::to_attribute_value(value).map_err(|e| corrupt("attribute", e))
 }
@@ -1465,33 +1470,33 @@ impl Store for DynamoStore {
         counters.retain(|(_, n)| *n > 0);
         let retention =
             chrono::Duration::from_std(self.retention).map_err(|e| corrupt("retention", e))?;
-        // One counter update per item; ADD creates what is missing.
-        let update = |sk: String, adds: Vec<(String, i64)>, expires: DateTime<Utc>| {
+        // One counter update per item; ADD creates what is missing. Every
+        // deliver invocation makes one: on the direct client.
+        fn update<'a>(
+            table: &'a str,
+            pk: &'a str,
+            sk: &'a str,
+            adds: Vec<(String, i64)>,
+            expires: DateTime<Utc>,
+        ) -> crate::dynamo_http::Update<'a> {
+            use serde_dynamo::AttributeValue as Value;
             let mut expression = String::from("SET kind = :kind, expires_at = :exp ADD ");
-            let mut request = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(Self::key(pk.clone(), &sk)))
-                .expression_attribute_values(":kind", s(KIND_STATS))
-                .expression_attribute_values(
-                    ":exp",
-                    AttributeValue::N(expires.timestamp().to_string()),
-                );
-            for (i, (name, n)) in adds.iter().enumerate() {
+            for i in 0..adds.len() {
                 if i > 0 {
                     expression.push_str(", ");
                 }
                 expression.push_str(&format!("#c{i} :c{i}"));
-                request = request
-                    .expression_attribute_names(format!("#c{i}"), name)
-                    .expression_attribute_values(
-                        format!(":c{i}"),
-                        AttributeValue::N(n.to_string()),
-                    );
             }
-            request.update_expression(expression)
-        };
+            let mut update = crate::dynamo_http::Update::new(table, pk, sk, expression)
+                .value(":kind", Value::S(KIND_STATS.to_owned()))
+                .value(":exp", Value::N(expires.timestamp().to_string()));
+            for (i, (name, n)) in adds.into_iter().enumerate() {
+                update = update
+                    .name(format!("#c{i}"), name)
+                    .value(format!(":c{i}"), Value::N(n.to_string()));
+            }
+            update
+        }
         if !counters.is_empty() {
             let adds = counters
                 .into_iter()
@@ -1502,24 +1507,27 @@ impl Store for DynamoStore {
                     ))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let request = update(stats_hour_sk(hour), adds, hour + retention);
+            let sk = stats_hour_sk(hour);
+            let request = update(&self.table, &pk, &sk, adds, hour + retention);
             let _g = self.guard().await;
-            request
-                .send()
+            self.http
+                .update_item(&request)
                 .await
-                .map_err(|e| store_error("UpdateItem", e))?;
+                .map_err(direct_error)?;
         }
         if delta.waiting != 0 {
             let request = update(
-                STATS_WAITING_SK.to_owned(),
+                &self.table,
+                &pk,
+                STATS_WAITING_SK,
                 vec![(STATS_WAITING.to_owned(), delta.waiting)],
                 Utc::now() + retention,
             );
             let _g = self.guard().await;
-            request
-                .send()
+            self.http
+                .update_item(&request)
                 .await
-                .map_err(|e| store_error("UpdateItem", e))?;
+                .map_err(direct_error)?;
         }
         Ok(())
     }
@@ -1835,6 +1843,7 @@ impl Store for DynamoStore {
                 .await;
             return direct_condition_to_bool(result);
         }
+        use serde_dynamo::AttributeValue as Value;
         let (pk, sk) = delivery_key(&d.app_id, &d.id);
         let mut set = vec![
             "#status = :status",
@@ -1846,33 +1855,29 @@ impl Store for DynamoStore {
             "version = :version",
         ];
         let mut remove = Vec::new();
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(pk, &sk)))
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":status", s(d.status.as_str()))
-            .expression_attribute_values(":count", AttributeValue::N(d.attempt_count.to_string()))
-            .expression_attribute_values(":total", AttributeValue::N(d.total_attempts.to_string()))
-            .expression_attribute_values(":manual", AttributeValue::N(d.manual_retries.to_string()))
-            .expression_attribute_values(":attempts", av(&d.attempts)?)
-            .expression_attribute_values(":updated", av(&d.updated_at)?)
-            .expression_attribute_values(":version", AttributeValue::N(d.version.to_string()));
+        let mut values: Vec<(&str, Value)> = vec![
+            (":status", Value::S(d.status.as_str().to_owned())),
+            (":count", Value::N(d.attempt_count.to_string())),
+            (":total", Value::N(d.total_attempts.to_string())),
+            (":manual", Value::N(d.manual_retries.to_string())),
+            (":attempts", direct_value(&d.attempts)?),
+            (":updated", direct_value(&d.updated_at)?),
+            (":version", Value::N(d.version.to_string())),
+            (":expected_version", Value::N(expected_version.to_string())),
+        ];
         // In the by-status index unless delivered.
         match schema::status_index_key(d) {
             Some(gsi2) => {
                 set.extend(["GSI2PK = :gsi2", "GSI2SK = :gsi2sk"]);
-                req = req
-                    .expression_attribute_values(":gsi2", s(gsi2))
-                    .expression_attribute_values(":gsi2sk", s(d.id.as_str()));
+                values.push((":gsi2", Value::S(gsi2)));
+                values.push((":gsi2sk", Value::S(d.id.as_str().to_owned())));
             }
             None => remove.extend(["GSI2PK", "GSI2SK"]),
         }
         match d.next_attempt_at {
             Some(at) => {
                 set.push("next_attempt_at = :next");
-                req = req.expression_attribute_values(":next", av(&at)?);
+                values.push((":next", direct_value(&at)?));
             }
             None => remove.push("next_attempt_at"),
         }
@@ -1881,9 +1886,8 @@ impl Store for DynamoStore {
         match schema::delivery_due(d) {
             Some(at) => {
                 set.extend(["GSI3PK = :gsi3pk", "GSI3SK = :gsi3sk"]);
-                req = req
-                    .expression_attribute_values(":gsi3pk", s(due_pk(d.id.as_str())))
-                    .expression_attribute_values(":gsi3sk", s(due_sk(at, d.id.as_str())));
+                values.push((":gsi3pk", Value::S(due_pk(d.id.as_str()))));
+                values.push((":gsi3sk", Value::S(due_sk(at, d.id.as_str()))));
                 remove.push("expires_at");
             }
             None => {
@@ -1892,19 +1896,18 @@ impl Store for DynamoStore {
         }
         if let Some(expiry) = schema::delivery_expiry(d, self.retention) {
             set.push("expires_at = :expires");
-            req =
-                req.expression_attribute_values(":expires", AttributeValue::N(expiry.to_string()));
+            values.push((":expires", Value::N(expiry.to_string())));
         }
         if d.requeued {
             set.push("requeued = :requeued");
-            req = req.expression_attribute_values(":requeued", AttributeValue::Bool(true));
+            values.push((":requeued", Value::Bool(true)));
         } else {
             remove.push("requeued");
         }
         match d.throttled_until {
             Some(slot) => {
                 set.push("throttled_until = :slot");
-                req = req.expression_attribute_values(":slot", av(&slot)?);
+                values.push((":slot", direct_value(&slot)?));
             }
             None => remove.push("throttled_until"),
         }
@@ -1912,9 +1915,15 @@ impl Store for DynamoStore {
         if !remove.is_empty() {
             expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
         }
-        let req = versioned_update(req.update_expression(expression), expected_version);
+        // Each retry's outcome: on the direct client.
+        let mut update = crate::dynamo_http::Update::new(&self.table, &pk, &sk, expression)
+            .condition(version_condition(expected_version))
+            .name("#status", "status");
+        for (name, value) in values {
+            update = update.value(name, value);
+        }
         let _g = self.guard().await;
-        condition_to_bool(req.send().await, "UpdateItem")
+        direct_condition_to_bool(self.http.update_item(&update).await)
     }
 
     async fn extend_event_retention(
@@ -2440,15 +2449,6 @@ fn versioned(
     request: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
     expected: u64,
 ) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
-    request
-        .condition_expression(version_condition(expected))
-        .expression_attribute_values(":expected_version", AttributeValue::N(expected.to_string()))
-}
-
-fn versioned_update(
-    request: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
-    expected: u64,
-) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
     request
         .condition_expression(version_condition(expected))
         .expression_attribute_values(":expected_version", AttributeValue::N(expected.to_string()))

@@ -150,10 +150,12 @@ async fn main() -> Result<(), BoxError> {
     // Rounds of ROUND events; the first (warm-up: connections, data key,
     // caches) is not counted.
     let mut counted = Duration::ZERO;
+    // The same, per function: [ingest, dispatch, deliver].
+    let mut by_function = [Duration::ZERO; 3];
     let mut delivered = 0usize;
     let rounds = events.div_ceil(ROUND) + 1;
     for round in 0..rounds {
-        let mut ours = Duration::ZERO;
+        let mut ours = [Duration::ZERO; 3];
         let mut start = thread_cpu();
         for n in 0..ROUND {
             let request = lambda_http::request::from_str(&ingest_request_json(round * ROUND + n)?)?;
@@ -162,7 +164,7 @@ async fn main() -> Result<(), BoxError> {
                 return Err(format!("ingest answered {}", response.status()).into());
             }
         }
-        ours += thread_cpu().saturating_sub(start);
+        ours[0] += thread_cpu().saturating_sub(start);
 
         let written = fetch_log(&harness, &format!("{aws_url}/_stream?from={stream_at}")).await?;
         stream_at += written.len();
@@ -182,7 +184,7 @@ async fn main() -> Result<(), BoxError> {
         if !response.batch_item_failures.is_empty() {
             return Err("dispatch reported failures".into());
         }
-        ours += thread_cpu().saturating_sub(start);
+        ours[1] += thread_cpu().saturating_sub(start);
 
         let bodies: Vec<String> =
             fetch_log(&harness, &format!("{aws_url}/_messages?from={messages_at}"))
@@ -204,9 +206,12 @@ async fn main() -> Result<(), BoxError> {
                 return Err("deliver reported failures".into());
             }
         }
-        ours += thread_cpu().saturating_sub(start);
+        ours[2] += thread_cpu().saturating_sub(start);
         if round > 0 {
-            counted += ours;
+            for (total, spent) in by_function.iter_mut().zip(ours) {
+                *total += spent;
+                counted += spent;
+            }
             delivered += bodies.len();
         }
     }
@@ -275,6 +280,9 @@ async fn main() -> Result<(), BoxError> {
         json!({
             "deliveries": delivered,
             "ours_cpu_ms_per_delivery": per(counted, delivered),
+            "ingest_cpu_ms_per_delivery": per(by_function[0], delivered),
+            "dispatch_cpu_ms_per_delivery": per(by_function[1], delivered),
+            "deliver_cpu_ms_per_delivery": per(by_function[2], delivered),
             "bare_post_cpu_ms_per_delivery": per(bare_cpu, delivered),
             "sdk_request_cpu_ms": per(sdk_cpu, sdk_requests),
             // The stub counts these too; the bench leaves them out of the
