@@ -22,10 +22,21 @@ pub struct CpuFigures {
     /// configuration and HTTP client, to the same stub.
     #[serde(default)]
     pub sdk_request_cpu_ms: f64,
-    /// The requests of that baseline (warm-up included), which the stub
-    /// also counted.
+    /// The same GetItem on the functions' direct DynamoDB client
+    /// (`hookline_aws::dynamo_http`), which their DynamoDB requests use.
     #[serde(default)]
-    pub sdk_baseline_requests: u64,
+    pub direct_request_cpu_ms: f64,
+    /// Per function: ingest, dispatch, deliver (they add up to ours).
+    #[serde(default)]
+    pub ingest_cpu_ms_per_delivery: f64,
+    #[serde(default)]
+    pub dispatch_cpu_ms_per_delivery: f64,
+    #[serde(default)]
+    pub deliver_cpu_ms_per_delivery: f64,
+    /// The requests of those two baselines (warm-up included), which the
+    /// stub also counted.
+    #[serde(default)]
+    pub baseline_requests: u64,
     /// Requests the stub answered per delivery (warm-up and setup included).
     #[serde(default)]
     pub aws_requests_per_delivery: f64,
@@ -73,7 +84,7 @@ pub async fn run(probe: &Path, events: usize) -> Result<CpuFigures, Box<dyn std:
         .ok_or("cpu-probe printed no figures")?;
     let mut figures: CpuFigures = serde_json::from_str(line)?;
     let requests = stub.requests.load(std::sync::atomic::Ordering::Relaxed);
-    let pipeline = requests.saturating_sub(figures.sdk_baseline_requests);
+    let pipeline = requests.saturating_sub(figures.baseline_requests);
     figures.aws_requests_per_delivery = pipeline as f64 / figures.deliveries.max(1) as f64;
     Ok(figures)
 }
