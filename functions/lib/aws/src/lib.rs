@@ -28,6 +28,8 @@ pub mod sealing;
 pub mod seen;
 pub mod serial;
 pub mod store;
+#[cfg(test)]
+mod test_server;
 pub mod transport;
 
 pub use queue::SqsQueue;

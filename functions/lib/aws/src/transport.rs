@@ -124,7 +124,7 @@ fn classify(err: reqwest::Error) -> ConnectorError {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
+    use crate::test_server::serve;
 
     use aws_sdk_dynamodb::error::SdkError;
 
@@ -139,46 +139,6 @@ mod tests {
         .expect("complete")
     }
 
-    /// A loopback server answering each connection's first request with
-    /// `answer`; returns its URL and the requests it read.
-    fn serve(
-        answer: &'static str,
-        requests: usize,
-    ) -> (String, std::thread::JoinHandle<Vec<String>>) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let handle = std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            for _ in 0..requests {
-                let (mut socket, _) = listener.accept().unwrap();
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut text = String::new();
-                // Headers, then the body by its content-length.
-                loop {
-                    let n = socket.read(&mut buf).unwrap();
-                    text.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let length = text
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap())
-                            })
-                            .unwrap_or(0);
-                        if text.len() >= end + 4 + length || n == 0 {
-                            break;
-                        }
-                    }
-                }
-                socket.write_all(answer.as_bytes()).unwrap();
-                seen.push(text);
-            }
-            seen
-        });
-        (url, handle)
-    }
-
     #[tokio::test]
     async fn the_sdk_talks_through_reqwest_signed_and_parsed() {
         let body = r#"{"TableNames":["hookline-Table"]}"#;
@@ -189,7 +149,7 @@ mod tests {
             )
             .into_boxed_str(),
         );
-        let (url, server) = serve(answer, 1);
+        let (url, server) = serve(vec![answer.to_owned()]);
         let client = aws_sdk_dynamodb::Client::new(&sdk_config(&aws(), Some(&url)));
         let out = client.list_tables().send().await.expect("answered");
         assert_eq!(out.table_names(), ["hookline-Table"]);
@@ -242,7 +202,7 @@ mod tests {
             .into_boxed_str(),
         );
         // The SDK retries a 500 (4 attempts in all), each on a connection.
-        let (url, server) = serve(answer, 4);
+        let (url, server) = serve(vec![answer.to_owned(); 4]);
         let client = aws_sdk_dynamodb::Client::new(&sdk_config(&aws(), Some(&url)));
         let err = client.list_tables().send().await.expect_err("a 500");
         assert_eq!(server.join().unwrap().len(), 4, "retried by the SDK");
