@@ -750,6 +750,8 @@ pub struct Query<'a> {
     pub expression_attribute_values: HashMap<&'a str, AttributeValue>,
     pub consistent_read: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exclusive_start_key: Option<Item>,
 }
 
@@ -764,8 +766,23 @@ impl<'a> Query<'a> {
             expression_attribute_names: HashMap::new(),
             expression_attribute_values: HashMap::new(),
             consistent_read: true,
+            limit: None,
             exclusive_start_key: None,
         }
+    }
+
+    /// On global secondary index `index` (read eventually consistently:
+    /// the only way an index is read).
+    pub fn index(mut self, index: &'a str) -> Self {
+        self.index_name = Some(index);
+        self.consistent_read = false;
+        self
+    }
+
+    /// Read eventually consistently (half the read units).
+    pub fn eventually_consistent(mut self) -> Self {
+        self.consistent_read = false;
+        self
     }
 
     /// Binds `name` (`:name`) in the key condition.

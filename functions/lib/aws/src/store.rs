@@ -191,13 +191,21 @@ fn list_sources(app: &AppId, q: &DeliveryQuery) -> Vec<ListSource> {
 }
 
 /// The table key (`PK`, `SK`) of an index entry (KEYS_ONLY entries carry it).
-fn table_key_of(item: &HashMap<String, AttributeValue>) -> Option<HashMap<String, AttributeValue>> {
-    let pk = item.get(PK)?.as_s().ok()?;
-    let sk = item.get(SK)?.as_s().ok()?;
+fn table_key_of(item: &Item) -> Option<HashMap<String, AttributeValue>> {
+    let pk = text_of(item, PK)?;
+    let sk = text_of(item, SK)?;
     Some(HashMap::from([
-        (PK.to_owned(), s(pk.as_str())),
-        (SK.to_owned(), s(sk.as_str())),
+        (PK.to_owned(), s(pk)),
+        (SK.to_owned(), s(sk)),
     ]))
+}
+
+/// `item`'s string attribute `name`.
+fn text_of<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    match item.get(name) {
+        Some(serde_dynamo::AttributeValue::S(text)) => Some(text),
+        _ => None,
+    }
 }
 
 fn into_sdk(item: Item) -> HashMap<String, AttributeValue> {
@@ -576,18 +584,18 @@ impl DynamoStore {
                 return Ok((out, Some(next)));
             }
             let pk = event_day_pk(day, shard);
+            let query = Query::new(&self.table, "PK = :pk AND SK BETWEEN :low AND :below")
+                .eventually_consistent()
+                .value(":pk", serde_dynamo::AttributeValue::S(pk))
+                .value(":low", serde_dynamo::AttributeValue::S(low.clone()));
             let page = self
                 .sorted_range(
-                    |q| {
-                        q.key_condition_expression("PK = :pk AND SK BETWEEN :low AND :below")
-                            .expression_attribute_values(":pk", s(pk.as_str()))
-                            .expression_attribute_values(":low", s(low.as_str()))
-                    },
+                    query,
                     SK,
                     after,
                     below.as_str(),
                     limit - out.len(),
-                    |item, _| Some(Item::from(item.clone())),
+                    |item, _| Some(item.clone()),
                 )
                 .await?;
             out.extend(page);
@@ -899,88 +907,73 @@ impl DynamoStore {
         after: &str,
         below: &str,
         limit: usize,
-        decode: impl Fn(&HashMap<String, AttributeValue>, &str) -> Option<T>,
+        decode: impl Fn(&Item, &str) -> Option<T>,
     ) -> Result<Vec<T>> {
-        let low = if after.is_empty() { "" } else { after };
-        self.sorted_range(
-            |q| {
-                let q = q
-                    .index_name(GSI_OVERDUE)
-                    .expression_attribute_values(":pk", s(pk.as_str()));
-                if low.is_empty() {
-                    q.key_condition_expression("GSI3PK = :pk AND GSI3SK < :below")
-                } else {
-                    q.key_condition_expression("GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below")
-                        .expression_attribute_values(":low", s(low))
-                }
-            },
-            "GSI3SK",
-            after,
-            below,
-            limit,
-            |item, sk| {
-                let entry = decode(item, sk);
-                if entry.is_none() {
-                    tracing::error!(
-                        index = %pk,
-                        pk = item.get(PK).and_then(|v| v.as_s().ok()).map(String::as_str),
-                        "unreadable entry in the overdue index skipped"
-                    );
-                }
-                entry
-            },
-        )
+        use serde_dynamo::AttributeValue as Value;
+        let query = if after.is_empty() {
+            Query::new(&self.table, "GSI3PK = :pk AND GSI3SK < :below")
+        } else {
+            Query::new(
+                &self.table,
+                "GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below",
+            )
+            .value(":low", Value::S(after.to_owned()))
+        }
+        .index(GSI_OVERDUE)
+        .value(":pk", Value::S(pk.clone()));
+        self.sorted_range(query, "GSI3SK", after, below, limit, |item, sk| {
+            let entry = decode(item, sk);
+            if entry.is_none() {
+                tracing::error!(
+                    index = %pk,
+                    pk = text_of(item, PK),
+                    "unreadable entry in the overdue index skipped"
+                );
+            }
+            entry
+        })
         .await
     }
 
-    /// Up to `limit` items of one query (`build` sets its key condition,
-    /// with `:below` bound here, and options) with `sort` keys after `after`
-    /// (exclusive; `""`: none read yet) and below `below`, in key order,
-    /// each as `keep` reads it (`None`: skipped), page after page.
+    /// Up to `limit` items of `query` (its key condition, with `:below`
+    /// bound here, and options) with `sort` keys after `after` (exclusive;
+    /// `""`: none read yet) and below `below`, in key order, each as `keep`
+    /// reads it (`None`: skipped), page after page. The reconciler's reads:
+    /// on the direct client.
     async fn sorted_range<T>(
         &self,
-        build: impl Fn(
-            aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
-        ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+        query: Query<'_>,
         sort: &str,
         after: &str,
         below: &str,
         limit: usize,
-        keep: impl Fn(&HashMap<String, AttributeValue>, &str) -> Option<T>,
+        keep: impl Fn(&Item, &str) -> Option<T>,
     ) -> Result<Vec<T>> {
         let mut out = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        let mut query = query.value(":below", serde_dynamo::AttributeValue::S(below.to_owned()));
         while out.len() < limit {
-            let _g = self.guard().await;
-            let query = build(self.client.query().table_name(&self.table))
-                .expression_attribute_values(":below", s(below));
-            let page = query
-                .limit(
-                    i32::try_from(limit - out.len() + 1)
-                        .unwrap_or(1000)
-                        .clamp(1, 1000),
-                )
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| store_error("Query", e))?;
-            for item in page.items.unwrap_or_default() {
-                let key = item
-                    .get(sort)
-                    .and_then(|v| v.as_s().ok())
-                    .map(String::as_str)
-                    .unwrap_or_default();
+            query.limit = Some(
+                i32::try_from(limit - out.len() + 1)
+                    .unwrap_or(1000)
+                    .clamp(1, 1000),
+            );
+            let page = {
+                let _g = self.guard().await;
+                self.http.query(&query).await.map_err(direct_error)?
+            };
+            for item in &page.items {
+                let key = text_of(item, sort).unwrap_or_default();
                 // BETWEEN includes both ends: `after` was read before,
                 // `below` is excluded.
                 if key == after || key >= below || out.len() >= limit {
                     continue;
                 }
-                if let Some(entry) = keep(&item, key) {
+                if let Some(entry) = keep(item, key) {
                     out.push(entry);
                 }
             }
             match page.last_evaluated_key {
-                Some(key) if !key.is_empty() => start = Some(key),
+                Some(key) if !key.is_empty() => query.exclusive_start_key = Some(key),
                 _ => break,
             }
         }
@@ -1014,8 +1007,8 @@ impl DynamoStore {
     ) -> Result<Vec<(String, OverdueEntry)>> {
         self.gsi3_range(due_pk_of_shard(shard), "", below, limit, |item, sk| {
             // A KEYS_ONLY entry always has the table key.
-            let pk = item.get(PK).and_then(|v| v.as_s().ok())?;
-            let table_sk = item.get(SK).and_then(|v| v.as_s().ok())?;
+            let pk = text_of(item, PK)?;
+            let table_sk = text_of(item, SK)?;
             let entry = if let Some((app, id)) = schema::delivery_of_key(pk, table_sk) {
                 Some(match app {
                     Some(app) => OverdueEntry::Known(Overdue::Delivery(app, id)),
