@@ -130,17 +130,17 @@ impl DynamoHttpError {
         }
     }
 
-    /// Whether calling again later may succeed (no answer, a server error,
-    /// throttling, a transaction holding the item).
+    /// Whether calling again later may succeed (no answer, a garbled
+    /// answer, a server error, throttling, a transaction holding the item).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Transport { .. } | Self::Timeout { .. } => true,
+            Self::Transport { .. } | Self::Timeout { .. } | Self::Decode { .. } => true,
             Self::Service { status, code, .. } => {
                 *status >= 500
                     || RETRIED_CODES.contains(&code.as_str())
                     || code == "TransactionConflictException"
             }
-            Self::Decode { .. } | Self::Encode { .. } | Self::Credentials { .. } => false,
+            Self::Encode { .. } | Self::Credentials { .. } => false,
         }
     }
 
@@ -1128,6 +1128,18 @@ mod tests {
         assert!(request
             .to_ascii_lowercase()
             .contains("x-amz-target: dynamodb_20120810.updateitem"));
+    }
+
+    #[tokio::test]
+    async fn a_garbled_success_is_answered_once_as_a_retryable_decode_failure() {
+        let (url, server) = serve(vec![answer("200 OK", "{not json")]);
+        let err = client(&url, None)
+            .get_item("t", "a", "b")
+            .await
+            .expect_err("unreadable");
+        assert!(matches!(err, DynamoHttpError::Decode { .. }), "{err:?}");
+        assert!(err.is_retryable() && !err.deserves_retry());
+        assert_eq!(server.join().expect("server").len(), 1, "not sent again");
     }
 
     #[tokio::test]
