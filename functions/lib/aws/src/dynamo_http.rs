@@ -144,6 +144,18 @@ impl DynamoHttpError {
         }
     }
 
+    /// The operation that failed.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            Self::Service { operation, .. }
+            | Self::Transport { operation, .. }
+            | Self::Timeout { operation }
+            | Self::Decode { operation, .. }
+            | Self::Encode { operation, .. }
+            | Self::Credentials { operation, .. } => operation,
+        }
+    }
+
     /// Whether a conditional write's condition did not hold.
     pub fn is_condition_failure(&self) -> bool {
         self.code() == Some("ConditionalCheckFailedException")
@@ -614,6 +626,9 @@ fn service_error(
         #[serde(alias = "Message")]
         message: Option<String>,
     }
+    // A body that is not DynamoDB's JSON (a proxy's or load balancer's
+    // page) still says an error: its code then comes from the header, else
+    // "Unknown", and its status decides whether it is retried.
     let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
     let raw = parsed.kind.as_deref().or(header_code).unwrap_or("Unknown");
     let code = raw.rsplit('#').next().unwrap_or(raw);
@@ -622,6 +637,7 @@ fn service_error(
         operation,
         status,
         code: code.to_owned(),
+        // Some errors carry no message; the code says what happened.
         message: parsed.message.unwrap_or_default(),
     }
 }

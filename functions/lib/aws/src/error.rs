@@ -48,17 +48,9 @@ where
 
 /// A DynamoDB error of the direct client ([`crate::dynamo_http`]).
 pub fn direct_error(err: crate::dynamo_http::DynamoHttpError) -> PipelineError {
-    let message = match &err {
-        crate::dynamo_http::DynamoHttpError::Service { operation, .. }
-        | crate::dynamo_http::DynamoHttpError::Transport { operation, .. }
-        | crate::dynamo_http::DynamoHttpError::Timeout { operation }
-        | crate::dynamo_http::DynamoHttpError::Decode { operation, .. }
-        | crate::dynamo_http::DynamoHttpError::Encode { operation, .. }
-        | crate::dynamo_http::DynamoHttpError::Credentials { operation, .. } => *operation,
-    };
     PipelineError::Store {
         retryable: err.is_retryable(),
-        message: message.to_owned(),
+        message: err.operation().to_owned(),
         source: Some(Box::new(err)),
     }
 }

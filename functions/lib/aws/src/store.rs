@@ -962,7 +962,9 @@ impl DynamoStore {
                 self.http.query(&query).await.map_err(direct_error)?
             };
             for item in &page.items {
-                let key = text_of(item, sort).unwrap_or_default();
+                // A query on `sort` only finds items that have it.
+                let key = text_of(item, sort)
+                    .ok_or_else(|| corrupt("query page", format!("an item without {sort}")))?;
                 // BETWEEN includes both ends: `after` was read before,
                 // `below` is excluded.
                 if key == after || key >= below || out.len() >= limit {
