@@ -21,7 +21,7 @@ async fn order_and_webhook_commit_together_or_not_at_all() {
         .await
         .unwrap();
     let service = OrdersService {
-        client: stack.clients.dynamodb.clone(),
+        client: stack.clients.dynamodb.get().clone(),
         orders_table: "orders".into(),
         webhooks: stack.store.clone(),
         app_id: AppId::parse("shop").unwrap(),

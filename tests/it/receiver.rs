@@ -28,7 +28,7 @@ async fn dynamodb_seen_store_and_receiver_process_once() {
         .unwrap();
     // moto is not safe under concurrent writes; on DynamoDB the conditional put
     // alone makes claims atomic.
-    let store = DynamoSeenStore::new(clients.dynamodb.clone(), "receiver-seen")
+    let store = DynamoSeenStore::new(clients.dynamodb.get().clone(), "receiver-seen")
         .serialized(hookline_aws::serial::Serial::one_at_a_time());
 
     assert_eq!(

@@ -51,11 +51,11 @@ pub fn function_clients(config: &SdkConfig, counter: Option<&CallCounter>) -> Cl
         return Clients::from_config(config);
     };
     Clients {
-        dynamodb: counted!(aws_sdk_dynamodb, config, counter),
+        dynamodb: counted!(aws_sdk_dynamodb, config, counter).into(),
         dynamodb_http: hookline_aws::clients::dynamodb_http_of(config)
             .observed_by(counter.dynamodb_observer()),
-        sqs: counted!(aws_sdk_sqs, config, counter),
-        kms: counted!(aws_sdk_kms, config, counter),
+        sqs: counted!(aws_sdk_sqs, config, counter).into(),
+        kms: counted!(aws_sdk_kms, config, counter).into(),
     }
 }
 

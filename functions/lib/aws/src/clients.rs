@@ -18,16 +18,18 @@ pub use aws_sdk_dynamodb::Client as DynamoDbClient;
 pub use aws_types::SdkConfig;
 
 use crate::dynamo_http::DynamoHttp;
+use crate::lazy::Lazy;
 
-/// The AWS clients the functions use.
+/// The AWS clients the functions use. The SDK's are built on their first
+/// use ([`Lazy`]): most invocations make only direct DynamoDB requests.
 #[derive(Debug, Clone)]
 pub struct Clients {
-    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub dynamodb: Lazy<aws_sdk_dynamodb::Client>,
     /// DynamoDB's JSON API spoken directly, for the operations every
     /// delivery makes ([`crate::dynamo_http`]).
     pub dynamodb_http: DynamoHttp,
-    pub sqs: aws_sdk_sqs::Client,
-    pub kms: aws_sdk_kms::Client,
+    pub sqs: Lazy<aws_sdk_sqs::Client>,
+    pub kms: Lazy<aws_sdk_kms::Client>,
 }
 
 /// Where a function's AWS access comes from: the variables Lambda sets in
@@ -145,17 +147,19 @@ pub fn reqwest_client(endpoint_url: Option<&str>) -> reqwest::Client {
 impl Clients {
     /// The functions' clients, from Lambda's environment: every request on
     /// one HTTP client (one connection pool).
+    /// The SDK configuration and its clients are built when first used.
     pub fn new(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> Self {
         let http = reqwest_client(endpoint_url);
-        let config = sdk_config_on(aws, endpoint_url, http.clone());
         let dynamodb_http = DynamoHttp::new(
-            http,
+            http.clone(),
             &aws.region,
             SharedCredentialsProvider::new(aws.credentials.clone()),
             endpoint_url,
         )
         .expect("the endpoint URL was checked with the settings");
-        Self::with(&config, dynamodb_http)
+        let (aws, endpoint_url) = (aws.clone(), endpoint_url.map(str::to_owned));
+        let config = Lazy::new(move || sdk_config_on(&aws, endpoint_url.as_deref(), http.clone()));
+        Self::on_lazy(config, dynamodb_http)
     }
 
     /// Clients on `config` (the local stack, tests); the direct DynamoDB
@@ -165,13 +169,20 @@ impl Clients {
         Self::with(config, dynamodb_http_of(config))
     }
 
-    /// The SDK clients on `config`, and `dynamodb_http`.
+    /// The SDK clients on `config` (each built on first use), and
+    /// `dynamodb_http`.
     pub fn with(config: &SdkConfig, dynamodb_http: DynamoHttp) -> Self {
+        Self::on_lazy(Lazy::ready(config.clone()), dynamodb_http)
+    }
+
+    fn on_lazy(config: Lazy<SdkConfig>, dynamodb_http: DynamoHttp) -> Self {
+        let on = |config: &Lazy<SdkConfig>| config.clone();
+        let (for_dynamodb, for_sqs, for_kms) = (on(&config), on(&config), on(&config));
         Self {
-            dynamodb: aws_sdk_dynamodb::Client::new(config),
+            dynamodb: Lazy::new(move || aws_sdk_dynamodb::Client::new(for_dynamodb.get())),
             dynamodb_http,
-            sqs: aws_sdk_sqs::Client::new(config),
-            kms: aws_sdk_kms::Client::new(config),
+            sqs: Lazy::new(move || aws_sdk_sqs::Client::new(for_sqs.get())),
+            kms: Lazy::new(move || aws_sdk_kms::Client::new(for_kms.get())),
         }
     }
 }
@@ -337,6 +348,32 @@ mod tests {
                 "{missing}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn sdk_clients_are_built_by_their_first_use_only() {
+        let aws = AwsEnvironment::from_lookup(|var| match var {
+            "AWS_REGION" => Some("eu-west-1".into()),
+            "AWS_ACCESS_KEY_ID" => Some("AKIDEXAMPLE".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("s".into()),
+            _ => None,
+        })
+        .unwrap();
+        let clients = Clients::new(&aws, Some("http://127.0.0.1:1"));
+        let built = |c: &Clients| (c.dynamodb.is_built(), c.sqs.is_built(), c.kms.is_built());
+        assert_eq!(built(&clients), (false, false, false));
+        // The store and queue hold them unbuilt; the direct client needs none.
+        let store = crate::DynamoStore::new(&clients, "t", std::time::Duration::from_secs(3600));
+        let queue = crate::SqsQueue::new(clients.sqs.clone(), "q", "dlq");
+        assert_eq!(built(&clients), (false, false, false));
+        // A first use builds that one, for every holder, on the shared config.
+        assert_eq!(
+            queue.client().config().region().map(|r| r.as_ref()),
+            Some("eu-west-1")
+        );
+        assert_eq!(built(&clients), (false, true, false));
+        let _ = store.client();
+        assert_eq!(built(&clients), (true, true, false));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! - [`clients`]: SDK client construction from Lambda's environment
 //!   (explicit retry and timeout settings; `WEBHOOKS_AWS_ENDPOINT_URL`
 //!   points them at moto locally).
+//! - [`lazy`]: SDK clients built on their first use (cold starts).
 //! - [`transport`]: the SDK's HTTP client on `reqwest` (HTTP/1.1, rustls).
 //! - [`dynamo_http`]: DynamoDB's JSON API spoken directly (SigV4, retries)
 //!   for the operations every delivery makes, without the SDK orchestrator.
@@ -21,6 +22,7 @@
 pub mod clients;
 pub mod dynamo_http;
 pub mod error;
+pub mod lazy;
 pub mod outbox;
 pub mod queue;
 pub mod schema;

@@ -15,22 +15,27 @@ use crate::error::{corrupt, queue_error};
 /// The delivery queue and DLQ. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
-    client: Client,
+    /// Built on first use (a function that sends nothing never builds it).
+    client: crate::lazy::Lazy<Client>,
     queue_url: String,
     dlq_url: String,
 }
 
 impl SqsQueue {
-    pub fn new(client: Client, queue_url: impl Into<String>, dlq_url: impl Into<String>) -> Self {
+    pub fn new(
+        client: impl Into<crate::lazy::Lazy<Client>>,
+        queue_url: impl Into<String>,
+        dlq_url: impl Into<String>,
+    ) -> Self {
         Self {
-            client,
+            client: client.into(),
             queue_url: queue_url.into(),
             dlq_url: dlq_url.into(),
         }
     }
 
     pub fn client(&self) -> &Client {
-        &self.client
+        self.client.get()
     }
 
     pub fn queue_url(&self) -> &str {
@@ -64,7 +69,7 @@ impl Queue for SqsQueue {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let out = self
-                .client
+                .client()
                 .send_message_batch()
                 .queue_url(&self.queue_url)
                 .set_entries(Some(entries))
@@ -86,7 +91,7 @@ impl Queue for SqsQueue {
     }
 
     async fn send_to_dlq(&self, message: &DeliveryMessage) -> Result<()> {
-        self.client
+        self.client()
             .send_message()
             .queue_url(&self.dlq_url)
             .message_body(message.to_json())
@@ -103,7 +108,7 @@ impl Queue for SqsQueue {
         wait: Duration,
     ) -> Result<Vec<DlqEntry>> {
         let out = self
-            .client
+            .client()
             .receive_message()
             .queue_url(&self.dlq_url)
             .max_number_of_messages(max.clamp(1, 10))
@@ -138,7 +143,7 @@ impl Queue for SqsQueue {
                         .map_err(|e| corrupt("DeleteMessageBatch entry", e))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            self.client
+            self.client()
                 .delete_message_batch()
                 .queue_url(&self.dlq_url)
                 .set_entries(Some(entries))
@@ -163,7 +168,7 @@ impl Queue for SqsQueue {
                         .map_err(|e| corrupt("ChangeMessageVisibilityBatch entry", e))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            self.client
+            self.client()
                 .change_message_visibility_batch()
                 .queue_url(&self.dlq_url)
                 .set_entries(Some(entries))
@@ -176,7 +181,7 @@ impl Queue for SqsQueue {
 
     async fn dlq_depth(&self) -> Result<u64> {
         let out = self
-            .client
+            .client()
             .get_queue_attributes()
             .queue_url(&self.dlq_url)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)

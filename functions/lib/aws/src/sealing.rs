@@ -45,7 +45,8 @@ struct DataKey {
 
 /// Seals and opens endpoint secrets. Cheap to share (`Arc`).
 pub struct SecretSealer {
-    kms: aws_sdk_kms::Client,
+    /// Built on first use.
+    kms: crate::lazy::Lazy<aws_sdk_kms::Client>,
     key_id: String,
     /// The data key new secrets are sealed with, and when it was made.
     current: Mutex<Option<(Instant, DataKey)>>,
@@ -77,9 +78,12 @@ pub fn is_sealed(text: &str) -> bool {
 }
 
 impl SecretSealer {
-    pub fn new(kms: aws_sdk_kms::Client, key_id: impl Into<String>) -> Self {
+    pub fn new(
+        kms: impl Into<crate::lazy::Lazy<aws_sdk_kms::Client>>,
+        key_id: impl Into<String>,
+    ) -> Self {
         Self {
-            kms,
+            kms: kms.into(),
             key_id: key_id.into(),
             current: Mutex::new(None),
             opened: Mutex::new(HashMap::new()),
@@ -94,6 +98,7 @@ impl SecretSealer {
         }
         let out = self
             .kms
+            .get()
             .generate_data_key()
             .key_id(&self.key_id)
             .key_spec(DataKeySpec::Aes256)
@@ -121,6 +126,7 @@ impl SecretSealer {
         }
         let out = self
             .kms
+            .get()
             .decrypt()
             .ciphertext_blob(Blob::new(encrypted))
             .key_id(&self.key_id)

@@ -34,7 +34,8 @@ use crate::sealing::SecretSealer;
 /// The DynamoDB store. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct DynamoStore {
-    client: Client,
+    /// The SDK's client, for the rest (built on first use).
+    client: crate::lazy::Lazy<Client>,
     /// The operations every delivery makes (GetItem, PutItem, the routes'
     /// Query), without the SDK orchestrator ([`crate::dynamo_http`]).
     http: DynamoHttp,
@@ -295,7 +296,7 @@ impl DynamoStore {
     }
 
     pub fn client(&self) -> &Client {
-        &self.client
+        self.client.get()
     }
 
     async fn guard(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
@@ -325,7 +326,7 @@ impl DynamoStore {
     ) -> Result<bool> {
         let _g = self.guard().await;
         let mut request = self
-            .client
+            .client()
             .delete_item()
             .table_name(&self.table)
             .set_key(Some(key))
@@ -740,7 +741,7 @@ impl DynamoStore {
     /// benchmark of a table upgraded long ago; tests).
     pub async fn set_deliveries_by_app_since(&self, since: DateTime<Utc>) -> Result<()> {
         let _g = self.guard().await;
-        self.client
+        self.client()
             .put_item()
             .table_name(&self.table)
             .set_item(Some(into_sdk(schema::delivery_shape_item(since)?)))
@@ -832,7 +833,7 @@ impl DynamoStore {
                 }
                 let _g = self.guard().await;
                 let page = self
-                    .client
+                    .client()
                     .batch_get_item()
                     .request_items(&self.table, request)
                     .send()
@@ -872,7 +873,7 @@ impl DynamoStore {
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let _g = self.guard().await;
-            let page = build(self.client.query().table_name(&self.table))
+            let page = build(self.client().query().table_name(&self.table))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
@@ -1090,7 +1091,7 @@ impl DynamoStore {
             .min(LIST_READ_BUDGET.saturating_sub(read))
             .max(1);
             let mut q = self
-                .client
+                .client()
                 .query()
                 .table_name(&self.table)
                 .scan_index_forward(false)
@@ -1169,7 +1170,7 @@ impl DynamoStore {
     ) -> std::result::Result<(), TransactFailure> {
         let _g = self.guard().await;
         match self
-            .client
+            .client()
             .transact_write_items()
             .set_transact_items(Some(items))
             .send()
@@ -1260,7 +1261,7 @@ impl Store for DynamoStore {
         let item = self.endpoint_to_sdk(endpoint).await?;
         let _g = self.guard().await;
         let request = self
-            .client
+            .client()
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item));
@@ -1278,7 +1279,7 @@ impl Store for DynamoStore {
     async fn put_event_type(&self, def: &EventTypeDef) -> Result<()> {
         let item = into_sdk(schema::event_type_item(def)?);
         let _g = self.guard().await;
-        self.client
+        self.client()
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
@@ -1308,7 +1309,7 @@ impl Store for DynamoStore {
         while out.len() <= limit {
             let _g = self.guard().await;
             let page = self
-                .client
+                .client()
                 .query()
                 .table_name(&self.table)
                 .key_condition_expression("PK = :pk AND begins_with(SK, :et)")
@@ -1377,7 +1378,7 @@ impl Store for DynamoStore {
                 // Busy: take the next free slots.
                 let taken = {
                     let _g = self.guard().await;
-                    self.client
+                    self.client()
                         .update_item()
                         .table_name(&self.table)
                         .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
@@ -1409,7 +1410,7 @@ impl Store for DynamoStore {
                 // Idle, new, or numbered for another rate: from the slot of now.
                 let started = {
                     let _g = self.guard().await;
-                    self.client
+                    self.client()
                         .update_item()
                         .table_name(&self.table)
                         .set_key(Some(Self::key(rate_pk(id), RATE_SK)))
@@ -1592,7 +1593,7 @@ impl Store for DynamoStore {
     ) -> Result<()> {
         let _g = self.guard().await;
         let result = self
-            .client
+            .client()
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
@@ -1618,7 +1619,7 @@ impl Store for DynamoStore {
         expected_version: u64,
     ) -> Result<bool> {
         let request = self
-            .client
+            .client()
             .update_item()
             .table_name(&self.table)
             .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
@@ -1930,7 +1931,7 @@ impl Store for DynamoStore {
         for (pk, sk) in [event_key(id), legacy_event_key(id)] {
             let _g = self.guard().await;
             let result = self
-                .client
+                .client()
                 .update_item()
                 .table_name(&self.table)
                 .set_key(Some(Self::key(pk, &sk)))
@@ -2089,7 +2090,7 @@ impl Store for DynamoStore {
     async fn commit_sweep(&self, mark: &str) -> Result<()> {
         let marks: SweepMarks = serde_json::from_str(mark).map_err(|e| corrupt("sweep mark", e))?;
         let _g = self.guard().await;
-        self.client
+        self.client()
             .put_item()
             .table_name(&self.table)
             .item(PK, s(SWEEP_MARK_PK))
@@ -2283,7 +2284,7 @@ impl Store for DynamoStore {
         let item = into_sdk(schema::replay_item(replay, self.retention)?);
         let _g = self.guard().await;
         let request = self
-            .client
+            .client()
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item));
@@ -2313,7 +2314,7 @@ impl Store for DynamoStore {
         loop {
             let _g = self.guard().await;
             let out = self
-                .client
+                .client()
                 .query()
                 .table_name(&self.table)
                 .index_name(GSI_BY_ENDPOINT)
