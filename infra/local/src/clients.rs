@@ -50,11 +50,12 @@ pub fn function_clients(config: &SdkConfig, counter: Option<&CallCounter>) -> Cl
     let Some(counter) = counter else {
         return Clients::from_config(config);
     };
+    let direct = hookline_aws::clients::DirectClients::of(config);
     Clients {
         dynamodb: counted!(aws_sdk_dynamodb, config, counter).into(),
-        dynamodb_http: hookline_aws::clients::dynamodb_http_of(config)
-            .observed_by(counter.dynamodb_observer()),
+        dynamodb_http: direct.dynamodb.observed_by(counter.direct_observer()),
         sqs: counted!(aws_sdk_sqs, config, counter).into(),
+        sqs_http: direct.sqs.observed_by(counter.direct_observer()),
         kms: counted!(aws_sdk_kms, config, counter).into(),
     }
 }

@@ -56,15 +56,25 @@ impl CallCounter {
         }
     }
 
-    /// The same count for the direct DynamoDB client
-    /// (`hookline_aws::dynamo_http`): each attempt's operation and body.
-    pub fn dynamodb_observer(&self) -> hookline_aws::dynamo_http::RequestObserver {
+    /// The same count for the direct clients (`hookline_aws::aws_json`):
+    /// each attempt's operation and body.
+    pub fn direct_observer(&self) -> hookline_aws::aws_json::RequestObserver {
         let counter = self.clone();
-        std::sync::Arc::new(move |operation: &str, body: &[u8]| {
-            let (wru, rru) = serde_json::from_slice::<Value>(body)
-                .map_or((0.0, 0.0), |body| dynamodb_capacity(operation, &body));
-            counter.record(format!("DynamoDB.{operation}"), wru, rru);
-        })
+        std::sync::Arc::new(
+            move |operation: hookline_aws::aws_json::Operation, body: &[u8]| {
+                let (wru, rru) = if operation.service == hookline_aws::dynamo_http::DYNAMODB {
+                    serde_json::from_slice::<Value>(body)
+                        .map_or((0.0, 0.0), |body| dynamodb_capacity(operation.name, &body))
+                } else {
+                    (0.0, 0.0)
+                };
+                counter.record(
+                    format!("{}.{}", operation.service.name, operation.name),
+                    wru,
+                    rru,
+                );
+            },
+        )
     }
 
     fn record(&self, op: String, wru: f64, rru: f64) {

@@ -169,7 +169,7 @@ impl LocalStack {
                 pick(&resources.kms_keys, "SecretsKey")?,
             )));
         let queue = SqsQueue::new(
-            clients.sqs.clone(),
+            &clients,
             settings.queue_url.clone(),
             settings.dlq_url.clone(),
         );

@@ -19,6 +19,7 @@ pub use aws_types::SdkConfig;
 
 use crate::dynamo_http::DynamoHttp;
 use crate::lazy::Lazy;
+use crate::sqs_http::SqsHttp;
 
 /// The AWS clients the functions use. The SDK's are built on their first
 /// use ([`Lazy`]): most invocations make only direct DynamoDB requests.
@@ -29,6 +30,9 @@ pub struct Clients {
     /// delivery makes ([`crate::dynamo_http`]).
     pub dynamodb_http: DynamoHttp,
     pub sqs: Lazy<aws_sdk_sqs::Client>,
+    /// SQS's JSON API spoken directly, for the message sends
+    /// ([`crate::sqs_http`]).
+    pub sqs_http: SqsHttp,
     pub kms: Lazy<aws_sdk_kms::Client>,
 }
 
@@ -150,62 +154,78 @@ impl Clients {
     /// The SDK configuration and its clients are built when first used.
     pub fn new(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> Self {
         let http = reqwest_client(endpoint_url);
-        let dynamodb_http = DynamoHttp::new(
-            http.clone(),
-            &aws.region,
-            SharedCredentialsProvider::new(aws.credentials.clone()),
-            endpoint_url,
-        )
-        .expect("the endpoint URL was checked with the settings");
+        let credentials = SharedCredentialsProvider::new(aws.credentials.clone());
+        let checked = "the endpoint URL was checked with the settings";
+        let direct = DirectClients {
+            dynamodb: DynamoHttp::new(http.clone(), &aws.region, credentials.clone(), endpoint_url)
+                .expect(checked),
+            sqs: SqsHttp::new(http.clone(), &aws.region, credentials, endpoint_url).expect(checked),
+        };
         let (aws, endpoint_url) = (aws.clone(), endpoint_url.map(str::to_owned));
         let config = Lazy::new(move || sdk_config_on(&aws, endpoint_url.as_deref(), http.clone()));
-        Self::on_lazy(config, dynamodb_http)
+        Self::on_lazy(config, direct)
     }
 
     /// Clients on `config` (the local stack, tests); the direct DynamoDB
     /// client on an HTTP client of its own, with `config`'s region,
     /// credentials and endpoint.
     pub fn from_config(config: &SdkConfig) -> Self {
-        Self::with(config, dynamodb_http_of(config))
+        Self::with(config, DirectClients::of(config))
     }
 
-    /// The SDK clients on `config` (each built on first use), and
-    /// `dynamodb_http`.
-    pub fn with(config: &SdkConfig, dynamodb_http: DynamoHttp) -> Self {
-        Self::on_lazy(Lazy::ready(config.clone()), dynamodb_http)
+    /// The SDK clients on `config` (each built on first use), and `direct`.
+    pub fn with(config: &SdkConfig, direct: DirectClients) -> Self {
+        Self::on_lazy(Lazy::ready(config.clone()), direct)
     }
 
-    fn on_lazy(config: Lazy<SdkConfig>, dynamodb_http: DynamoHttp) -> Self {
+    fn on_lazy(config: Lazy<SdkConfig>, direct: DirectClients) -> Self {
         let on = |config: &Lazy<SdkConfig>| config.clone();
         let (for_dynamodb, for_sqs, for_kms) = (on(&config), on(&config), on(&config));
         Self {
             dynamodb: Lazy::new(move || aws_sdk_dynamodb::Client::new(for_dynamodb.get())),
-            dynamodb_http,
+            dynamodb_http: direct.dynamodb,
             sqs: Lazy::new(move || aws_sdk_sqs::Client::new(for_sqs.get())),
+            sqs_http: direct.sqs,
             kms: Lazy::new(move || aws_sdk_kms::Client::new(for_kms.get())),
         }
     }
 }
 
-/// A [`DynamoHttp`] with `config`'s region, credentials and endpoint.
-///
-/// # Panics
-/// When `config` has no region or credentials provider, or a bad endpoint
-/// URL: a configuration the SDK clients could not use either.
-pub fn dynamodb_http_of(config: &SdkConfig) -> DynamoHttp {
-    let endpoint_url = config.endpoint_url();
-    DynamoHttp::new(
-        reqwest_client(endpoint_url),
-        config
+/// The clients that speak AWS's JSON APIs directly ([`crate::aws_json`]).
+#[derive(Debug, Clone)]
+pub struct DirectClients {
+    pub dynamodb: DynamoHttp,
+    pub sqs: SqsHttp,
+}
+
+impl DirectClients {
+    /// With `config`'s region, credentials and endpoint, on one HTTP client
+    /// of their own.
+    ///
+    /// # Panics
+    /// When `config` has no region or credentials provider, or a bad
+    /// endpoint URL: a configuration the SDK clients could not use either.
+    pub fn of(config: &SdkConfig) -> Self {
+        let endpoint_url = config.endpoint_url();
+        let http = reqwest_client(endpoint_url);
+        let region = config
             .region()
-            .expect("an SDK configuration for DynamoDB has a region")
-            .as_ref(),
-        config
+            .expect("an SDK configuration for AWS services has a region");
+        let credentials = config
             .credentials_provider()
-            .expect("an SDK configuration for DynamoDB has credentials"),
-        endpoint_url,
-    )
-    .expect("the SDK configuration's endpoint URL parses")
+            .expect("an SDK configuration for AWS services has credentials");
+        let parses = "the SDK configuration's endpoint URL parses";
+        Self {
+            dynamodb: DynamoHttp::new(
+                http.clone(),
+                region.as_ref(),
+                credentials.clone(),
+                endpoint_url,
+            )
+            .expect(parses),
+            sqs: SqsHttp::new(http, region.as_ref(), credentials, endpoint_url).expect(parses),
+        }
+    }
 }
 
 /// JSON logs (CloudWatch-friendly) filtered by `RUST_LOG` (default `info`).
@@ -281,7 +301,7 @@ pub async fn store_and_queue(
         )));
     }
     let queue = crate::SqsQueue::new(
-        clients.sqs.clone(),
+        &clients,
         settings.queue_url.clone(),
         settings.dlq_url.clone(),
     );
@@ -364,7 +384,7 @@ mod tests {
         assert_eq!(built(&clients), (false, false, false));
         // The store and queue hold them unbuilt; the direct client needs none.
         let store = crate::DynamoStore::new(&clients, "t", std::time::Duration::from_secs(3600));
-        let queue = crate::SqsQueue::new(clients.sqs.clone(), "q", "dlq");
+        let queue = crate::SqsQueue::new(&clients, "q", "dlq");
         assert_eq!(built(&clients), (false, false, false));
         // A first use builds that one, for every holder, on the shared config.
         assert_eq!(

@@ -46,12 +46,24 @@ where
     }
 }
 
-/// A DynamoDB error of the direct client ([`crate::dynamo_http`]).
-pub fn direct_error(err: crate::dynamo_http::DynamoHttpError) -> PipelineError {
-    PipelineError::Store {
-        retryable: err.is_retryable(),
-        message: err.operation().to_owned(),
-        source: Some(Box::new(err)),
+/// An error of a direct client ([`crate::aws_json`]): SQS's a queue
+/// error, DynamoDB's a store error.
+pub fn direct_error(err: crate::aws_json::AwsJsonError) -> PipelineError {
+    let operation = err.operation();
+    let (retryable, message) = (err.is_retryable(), operation.to_string());
+    let source = Some(Box::new(err) as Box<dyn std::error::Error + Send + Sync>);
+    if operation.service == crate::sqs_http::SQS {
+        PipelineError::Queue {
+            retryable,
+            message,
+            source,
+        }
+    } else {
+        PipelineError::Store {
+            retryable,
+            message,
+            source,
+        }
     }
 }
 

@@ -5,8 +5,10 @@
 //!   points them at moto locally).
 //! - [`lazy`]: SDK clients built on their first use (cold starts).
 //! - [`transport`]: the SDK's HTTP client on `reqwest` (HTTP/1.1, rustls).
-//! - [`dynamo_http`]: DynamoDB's JSON API spoken directly (SigV4, retries)
-//!   for the operations every delivery makes, without the SDK orchestrator.
+//! - [`aws_json`]: an AWS JSON API spoken directly (SigV4, the SDK's
+//!   retries and timeouts), without the SDK orchestrator; on it
+//!   [`dynamo_http`] (the DynamoDB operations every delivery makes) and
+//!   [`sqs_http`] (the message sends).
 //! - [`schema`]: the single-table design — keys, GSIs, item shapes (via
 //!   serde_dynamo) and stream-image decoding.
 //! - [`store`]: [`DynamoStore`], the [`Store`](hookline_pipeline::ports::Store) port.
@@ -19,6 +21,7 @@
 //! - [`seen`]: [`seen::DynamoSeenStore`], the receiver kit's seen store on DynamoDB.
 //! - [`error`]: SDK errors -> `PipelineError` with retryability.
 
+pub mod aws_json;
 pub mod clients;
 pub mod dynamo_http;
 pub mod error;
@@ -29,6 +32,7 @@ pub mod schema;
 pub mod sealing;
 pub mod seen;
 pub mod serial;
+pub mod sqs_http;
 pub mod store;
 #[cfg(test)]
 mod test_server;

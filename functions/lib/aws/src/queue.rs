@@ -4,31 +4,36 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
-    SendMessageBatchRequestEntry,
 };
 use aws_sdk_sqs::Client;
 use hookline_pipeline::messages::DeliveryMessage;
 use hookline_pipeline::ports::{DlqEntry, Queue, Result};
 
-use crate::error::{corrupt, queue_error};
+use crate::error::{corrupt, direct_error, queue_error};
+use crate::sqs_http::{BatchEntry, SqsHttp, BATCH_MAX};
 
 /// The delivery queue and DLQ. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
-    /// Built on first use (a function that sends nothing never builds it).
+    /// For the DLQ's operations; built on first use (a function that does
+    /// not touch the DLQ never builds it).
     client: crate::lazy::Lazy<Client>,
+    /// The sends.
+    http: SqsHttp,
     queue_url: String,
     dlq_url: String,
 }
 
 impl SqsQueue {
+    /// The queue at `queue_url` and its DLQ at `dlq_url`, on `clients`.
     pub fn new(
-        client: impl Into<crate::lazy::Lazy<Client>>,
+        clients: &crate::clients::Clients,
         queue_url: impl Into<String>,
         dlq_url: impl Into<String>,
     ) -> Self {
         Self {
-            client: client.into(),
+            client: clients.sqs.clone(),
+            http: clients.sqs_http.clone(),
             queue_url: queue_url.into(),
             dlq_url: dlq_url.into(),
         }
@@ -50,40 +55,40 @@ impl SqsQueue {
 impl Queue for SqsQueue {
     async fn send_deliveries(&self, messages: &[(DeliveryMessage, i32)]) -> Result<Vec<usize>> {
         let mut failed = Vec::new();
-        for (chunk_index, chunk) in messages.chunks(10).enumerate() {
-            let base = chunk_index * 10;
-            let entries = chunk
+        for (chunk_index, chunk) in messages.chunks(BATCH_MAX).enumerate() {
+            let base = chunk_index * BATCH_MAX;
+            let entries: Vec<BatchEntry<'_>> = chunk
                 .iter()
                 .enumerate()
-                .map(|(i, (message, delay))| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id((base + i).to_string())
-                        .message_body(message.to_json())
-                        .delay_seconds(*delay)
-                        // SQS fair queues: on a standard queue the group is
-                        // the tenant, so one endpoint's backlog does not
-                        // hold up the others' messages.
-                        .message_group_id(message.endpoint_id.as_str())
-                        .build()
-                        .map_err(|e| corrupt("SendMessageBatch entry", e))
+                .map(|(i, (message, delay))| BatchEntry {
+                    id: (base + i).to_string(),
+                    message_body: message.to_json(),
+                    delay_seconds: Some(*delay),
+                    // SQS fair queues: on a standard queue the group is
+                    // the tenant, so one endpoint's backlog does not
+                    // hold up the others' messages.
+                    message_group_id: Some(message.endpoint_id.as_str()),
                 })
-                .collect::<Result<Vec<_>>>()?;
-            let out = self
-                .client()
-                .send_message_batch()
-                .queue_url(&self.queue_url)
-                .set_entries(Some(entries))
-                .send()
+                .collect();
+            let refused = self
+                .http
+                .send_message_batch(&self.queue_url, &entries)
                 .await
-                .map_err(|e| queue_error("SendMessageBatch", e))?;
-            for f in out.failed() {
+                .map_err(direct_error)?;
+            for f in refused {
                 tracing::warn!(
-                    code = f.code(),
-                    sender_fault = f.sender_fault(),
+                    code = %f.code,
+                    sender_fault = f.sender_fault,
                     "SendMessageBatch entry refused"
                 );
-                if let Ok(i) = f.id().parse::<usize>() {
-                    failed.push(i);
+                match f.id.parse::<usize>() {
+                    Ok(i) => failed.push(i),
+                    Err(_) => {
+                        return Err(corrupt(
+                            "SendMessageBatch answer",
+                            format!("a refused entry names no entry sent: {:?}", f.id),
+                        ))
+                    }
                 }
             }
         }

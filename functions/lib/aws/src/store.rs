@@ -2422,7 +2422,7 @@ where
 /// A direct client's conditional write: `Ok(false)` when its condition
 /// failed.
 fn direct_condition_to_bool(
-    result: std::result::Result<(), crate::dynamo_http::DynamoHttpError>,
+    result: std::result::Result<(), crate::aws_json::AwsJsonError>,
 ) -> Result<bool> {
     match result {
         Ok(()) => Ok(true),
