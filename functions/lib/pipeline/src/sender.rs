@@ -267,16 +267,20 @@ fn describe(err: &reqwest::Error, timeout: Duration) -> (String, bool) {
 impl Sender for HttpSender {
     async fn send(&self, request: OutgoingRequest<'_>) -> SendResult {
         let started = Instant::now();
-        if let Err(reason) = check_endpoint_url(request.url, self.allow_private) {
-            return SendResult {
-                error: Some(format!("blocked: {reason}")),
-                blocked: true,
-                ..SendResult::default()
-            };
-        }
+        let url = match check_endpoint_url(request.url, self.allow_private) {
+            Ok(url) => url,
+            Err(reason) => {
+                return SendResult {
+                    error: Some(format!("blocked: {reason}")),
+                    blocked: true,
+                    ..SendResult::default()
+                }
+            }
+        };
+        // The URL as checked (parsed once, not again by reqwest).
         let mut builder = self
             .client
-            .post(request.url)
+            .post(url)
             .timeout(request.timeout)
             .body(request.body.to_vec());
         // The endpoint's headers first; the signed ones after (reserved
