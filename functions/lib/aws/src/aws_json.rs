@@ -188,6 +188,41 @@ impl AwsJsonError {
     }
 }
 
+/// Declares `$client`, one service's client on [`AwsJson`] (a struct with
+/// its `json` core), with its constructor and observer: each service's
+/// module then adds only its operations.
+macro_rules! service_client {
+    ($(#[$doc:meta])* $client:ident, $service:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $client {
+            json: $crate::aws_json::AwsJson,
+        }
+
+        impl $client {
+            /// A client of `region`'s service (or of `endpoint_url`, e.g.
+            /// moto) signing with `credentials`, on `http`.
+            pub fn new(
+                http: reqwest::Client,
+                region: &str,
+                credentials: aws_credential_types::provider::SharedCredentialsProvider,
+                endpoint_url: Option<&str>,
+            ) -> Result<Self, url::ParseError> {
+                $crate::aws_json::AwsJson::new($service, http, region, credentials, endpoint_url)
+                    .map(|json| Self { json })
+            }
+
+            /// Every attempt shown to `observer` before it is sent.
+            pub fn observed_by(self, observer: $crate::aws_json::RequestObserver) -> Self {
+                Self {
+                    json: self.json.observed_by(observer),
+                }
+            }
+        }
+    };
+}
+pub(crate) use service_client;
+
 /// One service's JSON API on one HTTP client. Cheap to clone.
 #[derive(Clone)]
 pub struct AwsJson {

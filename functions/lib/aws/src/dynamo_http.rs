@@ -5,12 +5,11 @@
 
 use std::collections::HashMap;
 
-use aws_credential_types::provider::SharedCredentialsProvider;
 use serde::{Deserialize, Serialize};
 use serde_dynamo::{AttributeValue, Item};
 
-use crate::aws_json::{AwsJson, Operation, Service};
 pub use crate::aws_json::{AwsJsonError, RequestObserver};
+use crate::aws_json::{Operation, Service};
 
 /// DynamoDB, as signed and addressed.
 pub const DYNAMODB: Service = Service {
@@ -31,31 +30,13 @@ const PUT_ITEM: Operation = operation("PutItem", "DynamoDB_20120810.PutItem");
 const UPDATE_ITEM: Operation = operation("UpdateItem", "DynamoDB_20120810.UpdateItem");
 const QUERY: Operation = operation("Query", "DynamoDB_20120810.Query");
 
-/// DynamoDB's JSON API on one HTTP client. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct DynamoHttp {
-    json: AwsJson,
-}
+crate::aws_json::service_client!(
+    /// DynamoDB's JSON API on one HTTP client. Cheap to clone.
+    DynamoHttp,
+    DYNAMODB
+);
 
 impl DynamoHttp {
-    /// A client of `region`'s DynamoDB (or of `endpoint_url`, e.g. moto)
-    /// signing with `credentials`, on `http`.
-    pub fn new(
-        http: reqwest::Client,
-        region: &str,
-        credentials: SharedCredentialsProvider,
-        endpoint_url: Option<&str>,
-    ) -> Result<Self, url::ParseError> {
-        AwsJson::new(DYNAMODB, http, region, credentials, endpoint_url).map(|json| Self { json })
-    }
-
-    /// Every attempt shown to `observer` before it is sent.
-    pub fn observed_by(self, observer: RequestObserver) -> Self {
-        Self {
-            json: self.json.observed_by(observer),
-        }
-    }
-
     /// The item at (`pk`, `sk`) of `table`, read consistently.
     pub async fn get_item(
         &self,
@@ -313,6 +294,7 @@ pub struct QueryPage {
 mod tests {
     use super::*;
     use crate::test_server::serve;
+    use aws_credential_types::provider::SharedCredentialsProvider;
     use aws_credential_types::Credentials;
     use std::sync::{Arc, Mutex};
 

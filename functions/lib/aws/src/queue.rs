@@ -81,9 +81,12 @@ impl Queue for SqsQueue {
                     sender_fault = f.sender_fault,
                     "SendMessageBatch entry refused"
                 );
+                // An id naming no entry of this request would leave a
+                // message counted as queued that SQS may not hold: the
+                // whole batch is an error (retried), never a silent success.
                 match f.id.parse::<usize>() {
-                    Ok(i) => failed.push(i),
-                    Err(_) => {
+                    Ok(i) if (base..base + chunk.len()).contains(&i) => failed.push(i),
+                    _ => {
                         return Err(corrupt(
                             "SendMessageBatch answer",
                             format!("a refused entry names no entry sent: {:?}", f.id),
@@ -203,5 +206,80 @@ impl Queue for SqsQueue {
         };
         Ok(get(QueueAttributeName::ApproximateNumberOfMessages)
             + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clients::{AwsEnvironment, Clients};
+    use crate::test_server::serve;
+
+    fn queue(url: &str) -> SqsQueue {
+        let aws = AwsEnvironment::from_lookup(|var| match var {
+            "AWS_REGION" => Some("us-east-1".into()),
+            "AWS_ACCESS_KEY_ID" => Some("AKIDEXAMPLE".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("s".into()),
+            _ => None,
+        })
+        .expect("a complete environment");
+        SqsQueue::new(
+            &Clients::new(&aws, Some(url)),
+            format!("{url}/123/q"),
+            "dlq",
+        )
+    }
+
+    /// The message of `events/sqs-deliver.json` (the same one each time:
+    /// only the entries' positions matter here).
+    fn message(_: usize) -> (DeliveryMessage, i32) {
+        let fixture: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../events/sqs-deliver.json"))
+                .expect("the fixture is JSON");
+        let body = fixture["Records"][0]["body"].as_str().expect("a body");
+        (serde_json::from_str(body).expect("a delivery message"), 0)
+    }
+
+    fn answer(failed: &str) -> String {
+        let body = format!(r#"{{"Successful":[],"Failed":[{failed}]}}"#);
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[tokio::test]
+    async fn refused_entries_are_returned_by_their_index_across_chunks() {
+        let messages: Vec<_> = (0..12).map(message).collect();
+        let (url, server) = serve(vec![
+            answer(r#"{"Id":"3","SenderFault":false,"Code":"InternalError"}"#),
+            answer(r#"{"Id":"11","SenderFault":false,"Code":"InternalError"}"#),
+        ]);
+        let failed = queue(&url)
+            .send_deliveries(&messages)
+            .await
+            .expect("answered");
+        assert_eq!(failed, vec![3, 11]);
+        assert_eq!(server.join().expect("server").len(), 2, "two chunks");
+    }
+
+    #[tokio::test]
+    async fn a_refused_entry_naming_no_entry_sent_is_an_error() {
+        // Not a number, and a number of the other chunk: neither may pass
+        // for a refusal of one of this request's entries, nor be ignored.
+        for id in ["x", "10"] {
+            let (url, server) = serve(vec![answer(&format!(
+                r#"{{"Id":"{id}","SenderFault":false,"Code":"InternalError"}}"#
+            ))]);
+            let err = queue(&url)
+                .send_deliveries(&(0..3).map(message).collect::<Vec<_>>())
+                .await
+                .expect_err("an answer naming an entry never sent");
+            assert!(
+                err.to_string().contains("names no entry sent"),
+                "{id}: {err}"
+            );
+            server.join().expect("server");
+        }
     }
 }

@@ -5,11 +5,10 @@
 //! runs on an operator's demand, and a long poll outlasts this client's
 //! attempt timeout.
 
-use aws_credential_types::provider::SharedCredentialsProvider;
 use serde::{Deserialize, Serialize};
 
 pub use crate::aws_json::AwsJsonError;
-use crate::aws_json::{AwsJson, Operation, RequestObserver, Service};
+use crate::aws_json::{Operation, Service};
 
 /// SQS, as signed and addressed.
 pub const SQS: Service = Service {
@@ -26,11 +25,11 @@ const SEND_MESSAGE_BATCH: Operation = Operation {
 /// At most this many messages per SendMessageBatch (SQS's limit).
 pub const BATCH_MAX: usize = 10;
 
-/// SQS's JSON API on one HTTP client. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct SqsHttp {
-    json: AwsJson,
-}
+crate::aws_json::service_client!(
+    /// SQS's JSON API on one HTTP client. Cheap to clone.
+    SqsHttp,
+    SQS
+);
 
 /// One message of a batch.
 #[derive(Debug, Clone, Serialize)]
@@ -60,24 +59,6 @@ pub struct FailedEntry {
 }
 
 impl SqsHttp {
-    /// A client of `region`'s SQS (or of `endpoint_url`, e.g. moto)
-    /// signing with `credentials`, on `http`.
-    pub fn new(
-        http: reqwest::Client,
-        region: &str,
-        credentials: SharedCredentialsProvider,
-        endpoint_url: Option<&str>,
-    ) -> Result<Self, url::ParseError> {
-        AwsJson::new(SQS, http, region, credentials, endpoint_url).map(|json| Self { json })
-    }
-
-    /// Every attempt shown to `observer` before it is sent.
-    pub fn observed_by(self, observer: RequestObserver) -> Self {
-        Self {
-            json: self.json.observed_by(observer),
-        }
-    }
-
     /// Sends `entries` (at most [`BATCH_MAX`]) to `queue_url`; the entries
     /// SQS refused (the others are queued).
     pub async fn send_message_batch(
@@ -108,6 +89,7 @@ impl SqsHttp {
 mod tests {
     use super::*;
     use crate::test_server::serve;
+    use aws_credential_types::provider::SharedCredentialsProvider;
     use aws_credential_types::Credentials;
 
     fn client(url: &str) -> SqsHttp {
