@@ -475,3 +475,119 @@ async fn cursor_pages_over_one_shard_reach_the_oldest_delivery() {
         .unwrap();
     assert_eq!(page, hookline_pipeline::ports::DeliveryPage::default());
 }
+
+/// A pending delivery has no by-status index copy (it would be written
+/// and removed again for every delivery that needs a retry): the list by
+/// status reads pending ones from the app's partitions, with the other
+/// filters; a pending copy an earlier version wrote is listed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_deliveries_are_listed_without_an_index_copy() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use hookline_aws::schema;
+    let stack = Stack::start(&[
+        ("WEBHOOKS_RETRY_SCHEDULE", "1h"),
+        ("WEBHOOKS_MAX_ATTEMPTS", "3"),
+    ])
+    .await;
+    let down = Receiver::start(vec![], Reply::Status(503)).await;
+    let up = Receiver::healthy().await;
+    let (down_ep, _) = stack.create_endpoint("shop", &down.url, &[]).await;
+    let (up_ep, _) = stack.create_endpoint("shop", &up.url, &[]).await;
+    let (status, body) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), None)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let ids = hookline_tests::delivery_ids(&body);
+    assert_eq!(ids.len(), 2);
+    assert!(
+        stack
+            .pump_until(T, || async {
+                let mut attempted = 0;
+                for id in &ids {
+                    attempted += usize::from(stack.delivery(id).await.total_attempts > 0);
+                }
+                attempted == ids.len()
+            })
+            .await,
+        "both first attempts made"
+    );
+    let mut waiting = None;
+    let mut done = None;
+    for id in &ids {
+        let d = stack.delivery(id).await;
+        match d.status {
+            DeliveryStatus::Pending => waiting = Some((id.clone(), d)),
+            DeliveryStatus::Delivered => done = Some(id.clone()),
+            DeliveryStatus::Failed => panic!("nothing fails here"),
+        }
+    }
+    let ((waiting, pending), done) = (waiting.expect("one waits"), done.expect("one delivered"));
+    assert_eq!(pending.endpoint_id.as_str(), down_ep);
+
+    let listed = |q: String| {
+        let stack = &stack;
+        async move {
+            let path = format!("/v1/apps/shop/deliveries?{q}");
+            let (status, _, body) = stack.call("GET", &path, None, &[]).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            view::<DeliveryList>(&body)
+                .items
+                .into_iter()
+                .map(|d| d.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let only_waiting = vec![waiting.clone()];
+    assert_eq!(listed("status=pending".into()).await, only_waiting);
+    assert_eq!(
+        listed("status=pending&event_type=order.paid".into()).await,
+        only_waiting
+    );
+    assert_eq!(
+        listed(format!("status=pending&endpoint_id={down_ep}")).await,
+        only_waiting
+    );
+    assert!(listed(format!("status=pending&endpoint_id={up_ep}"))
+        .await
+        .is_empty());
+    assert_eq!(listed("status=delivered".into()).await, vec![done]);
+    assert!(listed("status=failed".into()).await.is_empty());
+
+    // Its item: in the overdue index, not in the by-status index.
+    let (pk, sk) = Stack::delivery_key("shop", &waiting);
+    let raw = |stack: &Stack| {
+        let (pk, sk) = (pk.clone(), sk.clone());
+        let db = stack.local.clients.dynamodb.clone();
+        let table = stack.local.settings.table.clone();
+        async move {
+            db.get_item()
+                .table_name(table)
+                .key("PK", AttributeValue::S(pk))
+                .key("SK", AttributeValue::S(sk))
+                .consistent_read(true)
+                .send()
+                .await
+                .expect("GetItem on moto")
+                .item
+                .expect("the pending delivery's item")
+        }
+    };
+    let item = raw(&stack).await;
+    assert!(item.contains_key("GSI3PK"), "overdue index");
+    assert!(!item.contains_key("GSI2PK"), "no by-status copy");
+
+    // As an earlier version wrote it: with a pending copy. Listed once.
+    let copy = schema::by_status_pk(
+        &pending.app_id,
+        DeliveryStatus::Pending,
+        schema::shard_of(&pending.id),
+    );
+    stack
+        .set_attribute(&pk, &sk, "GSI2PK", AttributeValue::S(copy))
+        .await;
+    stack
+        .set_attribute(&pk, &sk, "GSI2SK", AttributeValue::S(waiting.clone()))
+        .await;
+    assert_eq!(listed("status=pending".into()).await, only_waiting);
+    assert_eq!(listed(String::new()).await.len(), 2);
+}

@@ -5,10 +5,13 @@
 //! DynamoDB capacity the request consumes, from its body:
 //!
 //! - item size = attribute names + values (DynamoDB's rule); a write costs
-//!   one WRU per started KB, twice inside a transaction; each GSI copy of a
-//!   written item costs as much again for the two that project ALL (GSI1,
-//!   GSI2), one WRU for the KEYS_ONLY overdue index (GSI3); a GSI key
-//!   change costs a delete and a put in that index, a removed key a delete;
+//!   one WRU per started KB, twice inside a transaction;
+//! - index writes follow each item's entries as the counter saw them
+//!   written ([`TableState`]): an entry added or rewritten costs as much
+//!   again for the two indexes that project ALL (GSI1, GSI2), one WRU for
+//!   the KEYS_ONLY overdue index (GSI3, nothing when its entry is
+//!   unchanged); a moved entry a delete and a put, a removed one a delete,
+//!   an absent one removed nothing;
 //! - `UpdateItem` does not carry the whole item: its size is the update's
 //!   values plus `UPDATED_ITEM_BASE_BYTES`;
 //! - a consistent `GetItem` is 1 RRU per 4 KB, a `Query` at least 0.5 RRU.
@@ -42,6 +45,9 @@ pub struct OperationCount {
 #[derive(Debug, Clone, Default)]
 pub struct CallCounter {
     counts: Arc<Mutex<BTreeMap<String, OperationCount>>>,
+    /// The index entries of the items written through this counter (kept
+    /// across [`CallCounter::reset`]: the table outlives a count).
+    table: Arc<Mutex<TableState>>,
 }
 
 impl CallCounter {
@@ -56,6 +62,11 @@ impl CallCounter {
         }
     }
 
+    /// Estimated (WRU, RRU) of one DynamoDB request body.
+    fn dynamodb_capacity(&self, operation: &str, body: &Value) -> (f64, f64) {
+        hookline_core::sync::lock(&self.table).capacity(operation, body)
+    }
+
     /// The same count for the direct clients (`hookline_aws::aws_json`):
     /// each attempt's operation and body.
     pub fn direct_observer(&self) -> hookline_aws::aws_json::RequestObserver {
@@ -63,8 +74,9 @@ impl CallCounter {
         std::sync::Arc::new(
             move |operation: hookline_aws::aws_json::Operation, body: &[u8]| {
                 let (wru, rru) = if operation.service == hookline_aws::dynamo_http::DYNAMODB {
-                    serde_json::from_slice::<Value>(body)
-                        .map_or((0.0, 0.0), |body| dynamodb_capacity(operation.name, &body))
+                    serde_json::from_slice::<Value>(body).map_or((0.0, 0.0), |body| {
+                        counter.dynamodb_capacity(operation.name, &body)
+                    })
                 } else {
                     (0.0, 0.0)
                 };
@@ -130,127 +142,210 @@ fn kb_units(bytes: usize, unit: usize) -> f64 {
     bytes.div_ceil(unit).max(1) as f64
 }
 
-/// WRU of writing `item` (a put): the table plus each GSI whose key it has.
-fn put_wru(item: &Value, factor: f64) -> f64 {
-    let units = kb_units(item_size(item), 1024);
-    let gsis = ["GSI1PK", "GSI2PK"]
-        .iter()
-        .filter(|k| item.get(**k).is_some())
-        .count() as f64;
-    let overdue = if item.get("GSI3PK").is_some() {
-        1.0
-    } else {
-        0.0
-    };
-    units * factor + units * gsis + overdue
+/// The table's indexes: the key attributes of each, and whether it
+/// projects ALL (a copy the item's size) or KEYS_ONLY (one unit).
+const INDEXES: [(&str, &str, bool); 3] = [
+    ("GSI1PK", "GSI1SK", true),
+    ("GSI2PK", "GSI2SK", true),
+    ("GSI3PK", "GSI3SK", false),
+];
+
+/// An item's entries in [`INDEXES`] (each its index key, `None`: absent).
+type Entries = [Option<String>; 3];
+
+/// What the counter knows of the table: the index entries of every item
+/// written through it, so a write is charged for what it changes in each
+/// index (DynamoDB writes an index only when the item's entry in it is
+/// added, moved, removed or, projecting ALL, rewritten). A conditional
+/// write is assumed to succeed.
+#[derive(Debug, Default)]
+pub struct TableState {
+    items: std::collections::HashMap<String, Entries>,
 }
 
-fn update_wru(update: &Value, factor: f64) -> f64 {
-    let values = update
-        .get("ExpressionAttributeValues")
-        .and_then(Value::as_object)
-        .map_or(0, |m| m.values().map(value_size).sum::<usize>());
-    let units = kb_units(values + UPDATED_ITEM_BASE_BYTES, 1024);
-    let expression = update
-        .get("UpdateExpression")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let (set_part, remove_part) = expression
-        .split_once(" REMOVE ")
-        .unwrap_or((expression, ""));
-    let pk = update
-        .get("Key")
-        .and_then(|k| k.get("PK"))
-        .and_then(|pk| pk.get("S"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let gsi = if pk.starts_with("DLV#") {
-        // An earlier-shape delivery carries both GSI keys: each update
-        // rewrites both GSI copies; a status change (GSI2PK set) also
-        // deletes the old GSI2 entry.
-        2.0 * units
-            + if expression.contains("GSI2PK") {
-                1.0
+fn text(v: Option<&Value>) -> Option<&str> {
+    v.and_then(|v| v.get("S")).and_then(Value::as_str)
+}
+
+/// The table key of an `Item` or `Key`, as one string.
+fn table_key(key: &Value) -> String {
+    format!(
+        "{}\u{0}{}",
+        text(key.get("PK")).unwrap_or(""),
+        text(key.get("SK")).unwrap_or("")
+    )
+}
+
+/// An item's index entries.
+fn entries_of(item: &Value) -> Entries {
+    INDEXES.map(|(pk, sk, _)| {
+        text(item.get(pk)).map(|p| format!("{p}\u{0}{}", text(item.get(sk)).unwrap_or("")))
+    })
+}
+
+/// WRU an index write costs, from the item's entry `before` to `after`:
+/// `units` for an entry of an ALL index written, one for a KEYS_ONLY
+/// entry written or any entry deleted (a key change is both).
+fn index_wru(before: Option<&str>, after: Option<&str>, all: bool, units: f64) -> f64 {
+    let put = if all { units } else { 1.0 };
+    match (before, after) {
+        (None, None) => 0.0,
+        (None, Some(_)) => put,
+        (Some(_), None) => 1.0,
+        // The same entry: an ALL copy carries the changed attributes.
+        (Some(a), Some(b)) if a == b => {
+            if all {
+                units
             } else {
                 0.0
             }
-    } else if pk.starts_with("DLA#") {
-        // A delivery in its app's partition is in the by-status index
-        // (ALL) only while not delivered: an entry set is written (a move's
-        // delete is not known here), one removed is deleted.
-        if set_part.contains("GSI2PK") {
-            units
-        } else if remove_part.contains("GSI2PK") {
-            1.0
-        } else {
-            0.0
         }
-    } else {
-        0.0
-    };
-    // The KEYS_ONLY overdue index: an entry set (added or moved: counted as
-    // one put, a move's delete is not known here) or removed (one delete).
-    let overdue = if set_part.contains("GSI3PK") {
-        1.0
-    } else {
-        0.0
-    } + if remove_part.contains("GSI3PK") {
-        1.0
-    } else {
-        0.0
-    };
-    units * factor + gsi + overdue
+        (Some(_), Some(_)) => 1.0 + put,
+    }
 }
 
-/// Estimated (WRU, RRU) of one DynamoDB request body.
-pub fn dynamodb_capacity(operation: &str, body: &Value) -> (f64, f64) {
-    match operation {
-        "PutItem" => (body.get("Item").map_or(1.0, |i| put_wru(i, 1.0)), 0.0),
-        "UpdateItem" => (update_wru(body, 1.0), 0.0),
-        "DeleteItem" => (1.0, 0.0),
-        "GetItem" => {
-            let consistent = body.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
-            (0.0, if consistent { 1.0 } else { 0.5 })
+fn indexes_wru(before: &Entries, after: &Entries, units: f64) -> f64 {
+    INDEXES
+        .iter()
+        .enumerate()
+        .map(|(i, (_, _, all))| index_wru(before[i].as_deref(), after[i].as_deref(), *all, units))
+        .sum()
+}
+
+impl TableState {
+    /// WRU of writing `item` (a put): the table, `factor` times (two in a
+    /// transaction), plus each index entry it adds, moves or rewrites.
+    fn put_wru(&mut self, item: &Value, factor: f64) -> f64 {
+        let units = kb_units(item_size(item), 1024);
+        let after = entries_of(item);
+        let before = self
+            .items
+            .insert(table_key(item), after.clone())
+            .unwrap_or_default();
+        units * factor + indexes_wru(&before, &after, units)
+    }
+
+    fn update_wru(&mut self, update: &Value, factor: f64) -> f64 {
+        let values = update
+            .get("ExpressionAttributeValues")
+            .and_then(Value::as_object);
+        let size = values.map_or(0, |m| m.values().map(value_size).sum::<usize>());
+        let units = kb_units(size + UPDATED_ITEM_BASE_BYTES, 1024);
+        let expression = update
+            .get("UpdateExpression")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let (set_part, remove_part) = expression
+            .split_once(" REMOVE ")
+            .unwrap_or((expression, ""));
+        let set_part = set_part
+            .trim_start()
+            .strip_prefix("SET ")
+            .unwrap_or(set_part);
+        // `NAME = :value` assignments of plain attribute names.
+        let assigned = |name: &str| {
+            set_part.split(',').find_map(|a| {
+                let (left, right) = a.split_once('=')?;
+                (left.trim() == name)
+                    .then(|| values.and_then(|m| m.get(right.trim())))
+                    .flatten()
+            })
+        };
+        let removed = |name: &str| remove_part.split(',').any(|a| a.trim() == name);
+        let key = update.get("Key").map(table_key).unwrap_or_default();
+        let before = match self.items.get(&key) {
+            Some(known) => known.clone(),
+            // Not written through this counter: an earlier-shape delivery
+            // (`DLV#`) has both list copies; otherwise an entry is assumed
+            // only where the update removes or moves one.
+            None => {
+                let legacy = key.starts_with("DLV#");
+                INDEXES.map(|(pk, _, _)| {
+                    (removed(pk) || (legacy && pk != "GSI3PK") || assigned(pk).is_some())
+                        .then(|| "unknown".to_owned())
+                })
+            }
+        };
+        let mut after = before.clone();
+        for (i, (pk, sk, _)) in INDEXES.iter().enumerate() {
+            if removed(pk) {
+                after[i] = None;
+            } else if let Some(p) = assigned(pk) {
+                let sk = assigned(sk)
+                    .and_then(|v| v.get("S"))
+                    .and_then(Value::as_str);
+                after[i] = Some(format!(
+                    "{}\u{0}{}",
+                    p.get("S").and_then(Value::as_str).unwrap_or(""),
+                    sk.unwrap_or("")
+                ));
+            }
         }
-        "Query" => (0.0, 0.5),
-        "BatchGetItem" => {
-            let rru = body
-                .get("RequestItems")
-                .and_then(Value::as_object)
-                .map_or(0.0, |tables| {
-                    tables
-                        .values()
-                        .map(|t| {
-                            let keys = t.get("Keys").and_then(Value::as_array).map_or(0, Vec::len);
-                            let consistent =
-                                t.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
-                            keys as f64 * if consistent { 1.0 } else { 0.5 }
-                        })
-                        .sum()
-                });
-            (0.0, rru)
+        self.items.insert(key, after.clone());
+        units * factor + indexes_wru(&before, &after, units)
+    }
+
+    fn delete_wru(&mut self, key: Option<&Value>, factor: f64) -> f64 {
+        let before = key
+            .and_then(|k| self.items.remove(&table_key(k)))
+            .unwrap_or_default();
+        factor + before.iter().flatten().count() as f64
+    }
+
+    /// Estimated (WRU, RRU) of one DynamoDB request body.
+    pub fn capacity(&mut self, operation: &str, body: &Value) -> (f64, f64) {
+        match operation {
+            "PutItem" => (body.get("Item").map_or(1.0, |i| self.put_wru(i, 1.0)), 0.0),
+            "UpdateItem" => (self.update_wru(body, 1.0), 0.0),
+            "DeleteItem" => (self.delete_wru(body.get("Key"), 1.0), 0.0),
+            "GetItem" => {
+                let consistent = body.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
+                (0.0, if consistent { 1.0 } else { 0.5 })
+            }
+            "Query" => (0.0, 0.5),
+            "BatchGetItem" => {
+                let rru =
+                    body.get("RequestItems")
+                        .and_then(Value::as_object)
+                        .map_or(0.0, |tables| {
+                            tables
+                                .values()
+                                .map(|t| {
+                                    let keys =
+                                        t.get("Keys").and_then(Value::as_array).map_or(0, Vec::len);
+                                    let consistent =
+                                        t.get("ConsistentRead").and_then(Value::as_bool)
+                                            == Some(true);
+                                    keys as f64 * if consistent { 1.0 } else { 0.5 }
+                                })
+                                .sum()
+                        });
+                (0.0, rru)
+            }
+            "TransactWriteItems" => {
+                let wru =
+                    body.get("TransactItems")
+                        .and_then(Value::as_array)
+                        .map_or(0.0, |items| {
+                            items
+                                .iter()
+                                .map(|t| {
+                                    if let Some(put) = t.get("Put") {
+                                        put.get("Item").map_or(2.0, |i| self.put_wru(i, 2.0))
+                                    } else if let Some(update) = t.get("Update") {
+                                        self.update_wru(update, 2.0)
+                                    } else if let Some(delete) = t.get("Delete") {
+                                        self.delete_wru(delete.get("Key"), 2.0)
+                                    } else {
+                                        2.0 // ConditionCheck
+                                    }
+                                })
+                                .sum()
+                        });
+                (wru, 0.0)
+            }
+            _ => (0.0, 0.0),
         }
-        "TransactWriteItems" => {
-            let wru = body
-                .get("TransactItems")
-                .and_then(Value::as_array)
-                .map_or(0.0, |items| {
-                    items
-                        .iter()
-                        .map(|t| {
-                            if let Some(put) = t.get("Put") {
-                                put.get("Item").map_or(2.0, |i| put_wru(i, 2.0))
-                            } else if let Some(update) = t.get("Update") {
-                                update_wru(update, 2.0)
-                            } else {
-                                2.0 // ConditionCheck, Delete
-                            }
-                        })
-                        .sum()
-                });
-            (wru, 0.0)
-        }
-        _ => (0.0, 0.0),
     }
 }
 
@@ -275,7 +370,7 @@ impl Intercept for CallCounter {
                 .body()
                 .bytes()
                 .and_then(|b| serde_json::from_slice::<Value>(b).ok())
-                .map_or((0.0, 0.0), |body| dynamodb_capacity(&operation, &body))
+                .map_or((0.0, 0.0), |body| self.dynamodb_capacity(&operation, &body))
         } else {
             (0.0, 0.0)
         };
@@ -291,45 +386,69 @@ mod tests {
 
     #[test]
     fn capacity_estimates() {
+        let mut table = TableState::default();
+        let mut wru = |op: &str, body: Value| table.capacity(op, &body).0;
         let item = json!({"PK": {"S": "DLV#x"}, "SK": {"S": "DLV"}, "GSI1PK": {"S": "a"}, "GSI2PK": {"S": "b"}});
         assert_eq!(item_size(&item), 2 + 5 + 2 + 3 + 6 + 1 + 6 + 1);
-        assert_eq!(dynamodb_capacity("PutItem", &json!({"Item": item})).0, 3.0);
+        assert_eq!(wru("PutItem", json!({"Item": item})), 3.0);
+        // The same item again in a transaction: both ALL copies rewritten.
         let tx = json!({"TransactItems": [{"Put": {"Item": item}}, {"ConditionCheck": {}}]});
+        assert_eq!(wru("TransactWriteItems", tx), 2.0 + 2.0 + 2.0);
+        // Its by-status key moved (a delete and a put), its by-endpoint
+        // copy rewritten.
+        let key = json!({"PK": {"S": "DLV#x"}, "SK": {"S": "DLV"}});
+        let update = json!({"Key": key, "UpdateExpression": "SET GSI2PK = :s", "ExpressionAttributeValues": {":s": {"S": "x"}}});
+        assert_eq!(wru("UpdateItem", update), 1.0 + 2.0 + 1.0);
+        // An earlier-shape delivery not seen before: both list copies.
+        let unseen = json!({"Key": {"PK": {"S": "DLV#y"}, "SK": {"S": "DLV"}}, "UpdateExpression": "SET a = :a", "ExpressionAttributeValues": {":a": {"S": "x"}}});
+        assert_eq!(wru("UpdateItem", unseen), 1.0 + 2.0);
         assert_eq!(
-            dynamodb_capacity("TransactWriteItems", &tx).0,
-            2.0 + 2.0 + 2.0
-        );
-        let update = json!({"Key": {"PK": {"S": "DLV#x"}}, "UpdateExpression": "SET GSI2PK = :s", "ExpressionAttributeValues": {":s": {"S": "x"}}});
-        assert_eq!(dynamodb_capacity("UpdateItem", &update).0, 1.0 + 2.0 + 1.0);
-        // A delivery in its app's partition: its by-status copy only while
-        // not delivered.
-        let delivered = json!({"PK": {"S": "DLA#a#1"}, "SK": {"S": "x"}});
-        assert_eq!(
-            dynamodb_capacity("PutItem", &json!({"Item": delivered})).0,
-            1.0
-        );
-        let failing = json!({"Key": {"PK": {"S": "DLA#a#1"}}, "UpdateExpression": "SET GSI2PK = :s, GSI2SK = :t", "ExpressionAttributeValues": {":s": {"S": "x"}, ":t": {"S": "y"}}});
-        assert_eq!(dynamodb_capacity("UpdateItem", &failing).0, 1.0 + 1.0);
-        let done = json!({"Key": {"PK": {"S": "DLA#a#1"}}, "UpdateExpression": "SET a = :s REMOVE GSI2PK, GSI2SK", "ExpressionAttributeValues": {":s": {"S": "x"}}});
-        assert_eq!(dynamodb_capacity("UpdateItem", &done).0, 1.0 + 1.0);
-        assert_eq!(
-            dynamodb_capacity("GetItem", &json!({"ConsistentRead": true})).1,
+            table
+                .capacity("GetItem", &json!({"ConsistentRead": true}))
+                .1,
             1.0
         );
         // Binary counts its raw bytes, not its base64 text.
         let blob = json!({"b": {"B": "AAECAwQ="}, "s": {"BS": ["AAE=", "AA=="]}});
         assert_eq!(item_size(&blob), 1 + 5 + 1 + 2 + 1);
         let big = json!({"PK": {"S": "x".repeat(3000)}});
-        assert_eq!(dynamodb_capacity("PutItem", &json!({"Item": big})).0, 3.0);
-        // The KEYS_ONLY overdue index: one WRU per entry written or removed.
-        let pending = json!({"PK": {"S": "DLV#x"}, "GSI3PK": {"S": "DUE#1"}});
-        assert_eq!(
-            dynamodb_capacity("PutItem", &json!({"Item": pending})).0,
-            2.0
-        );
-        let finish = json!({"Key": {"PK": {"S": "EVT#x"}}, "UpdateExpression": "SET a = :a REMOVE GSI3PK, GSI3SK", "ExpressionAttributeValues": {":a": {"S": "x"}}});
-        assert_eq!(dynamodb_capacity("UpdateItem", &finish).0, 2.0);
+        assert_eq!(table.capacity("PutItem", &json!({"Item": big})).0, 3.0);
         let batch = json!({"RequestItems": {"t": {"Keys": [{}, {}, {}], "ConsistentRead": true}}});
-        assert_eq!(dynamodb_capacity("BatchGetItem", &batch).1, 3.0);
+        assert_eq!(table.capacity("BatchGetItem", &batch).1, 3.0);
+    }
+
+    /// A delivery that needs retries, then one that fails, in its app's
+    /// partition: each write is charged for what it changes in each index.
+    #[test]
+    fn index_writes_follow_each_items_entries() {
+        let mut table = TableState::default();
+        let mut wru = |op: &str, body: Value| table.capacity(op, &body).0;
+        let key = json!({"PK": {"S": "DLA#a#1"}, "SK": {"S": "d1"}});
+        // Delivered on its first attempt: the item alone.
+        let delivered = json!({"PK": {"S": "DLA#a#1"}, "SK": {"S": "d0"}});
+        assert_eq!(wru("PutItem", json!({"Item": delivered})), 1.0);
+        // A first attempt failed: pending, in the overdue index (KEYS_ONLY).
+        let pending = json!({"PK": {"S": "DLA#a#1"}, "SK": {"S": "d1"}, "GSI3PK": {"S": "DUE#1"}, "GSI3SK": {"S": "t1#d1"}});
+        assert_eq!(wru("PutItem", json!({"Item": pending})), 1.0 + 1.0);
+        // The second failed too: its overdue entry moves (a delete, a put);
+        // removing a by-status entry it never had costs nothing.
+        let again = json!({"Key": key, "UpdateExpression": "SET #status = :s, GSI3PK = :p, GSI3SK = :q REMOVE GSI2PK, GSI2SK", "ExpressionAttributeValues": {":s": {"S": "pending"}, ":p": {"S": "DUE#1"}, ":q": {"S": "t2#d1"}}});
+        assert_eq!(wru("UpdateItem", again), 1.0 + 2.0);
+        // A rewrite keeping the same overdue entry: KEYS_ONLY, unchanged.
+        let same = json!({"Key": key, "UpdateExpression": "SET a = :a, GSI3PK = :p, GSI3SK = :q", "ExpressionAttributeValues": {":a": {"S": "x"}, ":p": {"S": "DUE#1"}, ":q": {"S": "t2#d1"}}});
+        assert_eq!(wru("UpdateItem", same), 1.0);
+        // Delivered: the overdue entry deleted.
+        let done = json!({"Key": key, "UpdateExpression": "SET #status = :s REMOVE GSI2PK, GSI2SK, next_attempt_at, GSI3PK, GSI3SK", "ExpressionAttributeValues": {":s": {"S": "delivered"}}});
+        assert_eq!(wru("UpdateItem", done.clone()), 1.0 + 1.0);
+        assert_eq!(wru("UpdateItem", done), 1.0, "nothing left to remove");
+        // Failed: a by-status copy (ALL) written; deleting the item then
+        // deletes it too.
+        let failed = json!({"Key": key, "UpdateExpression": "SET #status = :s, GSI2PK = :g, GSI2SK = :h", "ExpressionAttributeValues": {":s": {"S": "failed"}, ":g": {"S": "ST#a#failed#1"}, ":h": {"S": "d1"}}});
+        assert_eq!(wru("UpdateItem", failed), 1.0 + 1.0);
+        assert_eq!(wru("DeleteItem", json!({"Key": key})), 1.0 + 1.0);
+        // An item not written through the counter: a removed entry is
+        // assumed present.
+        let unknown = json!({"Key": {"PK": {"S": "EVT#x"}, "SK": {"S": "EVT"}}, "UpdateExpression": "SET a = :a REMOVE GSI3PK, GSI3SK", "ExpressionAttributeValues": {":a": {"S": "x"}}});
+        assert_eq!(wru("UpdateItem", unknown), 2.0);
     }
 }

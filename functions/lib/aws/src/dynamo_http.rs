@@ -44,6 +44,27 @@ impl DynamoHttp {
         pk: &str,
         sk: &str,
     ) -> Result<Option<Item>, AwsJsonError> {
+        self.read_item(table, pk, sk, true).await
+    }
+
+    /// The item at (`pk`, `sk`) of `table`, read eventually consistently
+    /// (half the read units; a write of about the last second may not show).
+    pub async fn get_item_eventually(
+        &self,
+        table: &str,
+        pk: &str,
+        sk: &str,
+    ) -> Result<Option<Item>, AwsJsonError> {
+        self.read_item(table, pk, sk, false).await
+    }
+
+    async fn read_item(
+        &self,
+        table: &str,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<Item>, AwsJsonError> {
         #[derive(Serialize)]
         #[serde(rename_all = "PascalCase")]
         struct Request<'a> {
@@ -59,7 +80,7 @@ impl DynamoHttp {
         let request = Request {
             table_name: table,
             key: TableKey::new(pk, sk),
-            consistent_read: true,
+            consistent_read: consistent,
         };
         let response: Response = self.json.call(GET_ITEM, &request).await?;
         Ok(response.item)

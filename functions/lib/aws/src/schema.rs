@@ -5,7 +5,7 @@
 //! | endpoint | `APP#{app}` | `EP#{endpoint}` | | |
 //! | event (with its listed fan-out) | `EVD#{creation day}#{shard}` | `{event}` | | |
 //! | event written by an earlier version | `EVT#{event}` | `EVT` | | |
-//! | delivery | `DLA#{app}#{shard}` | `{delivery}` | | `ST#{app}#{status}#{shard}` / `{delivery}`, unless delivered |
+//! | delivery | `DLA#{app}#{shard}` | `{delivery}` | | `ST#{app}#failed#{shard}` / `{delivery}`, failed ones only |
 //! | delivery written by an earlier version | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
@@ -25,10 +25,13 @@
 //! [`DELIVERY_SHARDS`] partitions sorted by delivery id (time): the list of
 //! an app's deliveries, by endpoint, event type or time, is a query of
 //! those partitions (filtered on the item's own attributes), with no index
-//! copy per delivery. Only deliveries that are not delivered (pending or
-//! failed: the ones an operator looks for) have a copy in the by-status
-//! index GSI2, so the list of failures is read from the index, not filtered
-//! out of everything delivered. Items of the earlier shape (`DLV#{id}`,
+//! copy per delivery. Only failed deliveries (what an operator looks for,
+//! kept for the whole retention) have a copy in the by-status index GSI2,
+//! so the list of failures is read from the index, not filtered out of
+//! everything delivered; pending ones are among an app's newest items and
+//! are listed from its partitions (see [`status_index_key`]: a copy would
+//! be written and removed again for every delivery that needs a retry).
+//! Items of the earlier shape (`DLV#{id}`,
 //! with their GSI1 and GSI2 copies) are still listed through those indexes
 //! and are moved to their app's partition the first time they are read by
 //! id ([`legacy_delivery_key`]).
@@ -423,7 +426,7 @@ struct DeliveryItem<'a> {
     #[serde(rename = "SK")]
     sk: String,
     kind: &'static str,
-    /// The by-status index, unless delivered (see [`status_index_key`]).
+    /// The by-status index, failed ones only (see [`status_index_key`]).
     #[serde(rename = "GSI2PK", skip_serializing_if = "Option::is_none")]
     gsi2pk: Option<String>,
     #[serde(rename = "GSI2SK", skip_serializing_if = "Option::is_none")]
@@ -686,11 +689,16 @@ pub fn delivery_item(
 }
 
 /// A delivery's partition in the by-status index (GSI2), sorted by its id:
-/// only deliveries that are not delivered are there (most deliveries are
-/// delivered: the app's partitions list those, filtered; the index keeps
-/// the pending and failed ones findable without reading past them).
+/// only failed deliveries are there. They are what an operator looks for,
+/// rare among everything delivered and kept for the whole retention, so
+/// the index finds them without reading past the rest. A pending
+/// delivery has no copy: it is listed from its app's partitions
+/// (filtered), where it is among the newest (a retry window, or a restart
+/// by hand, which rewrites it), and a copy would cost two index writes
+/// for every delivery that needs a retry (in, then out). Items of an
+/// earlier version may still have a pending copy; lists read those too.
 pub fn status_index_key(delivery: &Delivery) -> Option<String> {
-    (delivery.status != DeliveryStatus::Delivered)
+    (delivery.status == DeliveryStatus::Failed)
         .then(|| by_status_pk(&delivery.app_id, delivery.status, shard_of(&delivery.id)))
 }
 
@@ -967,14 +975,17 @@ mod tests {
         assert_eq!(shards.len(), DELIVERY_SHARDS as usize);
 
         let has = |item: &Item, attr: &str| item.contains_key(attr);
-        // Pending: the by-status and overdue indexes, no TTL.
+        // Pending: the overdue index only (listed from the app's
+        // partitions), no TTL.
         let item = delivery_item(&delivery, retention).unwrap();
         assert_eq!(
             item.get("PK"),
             Some(&serde_dynamo::AttributeValue::S(pk.clone()))
         );
-        assert!(has(&item, "GSI2PK") && has(&item, "GSI2SK") && has(&item, "GSI3PK"));
-        assert!(!has(&item, "GSI1PK") && !has(&item, "expires_at"));
+        assert!(has(&item, "GSI3PK") && has(&item, "GSI3SK"));
+        for attr in ["GSI1PK", "GSI2PK", "GSI2SK", "expires_at"] {
+            assert!(!has(&item, attr), "{attr}");
+        }
         // Failed: the by-status index only.
         delivery.status = DeliveryStatus::Failed;
         let item = delivery_item(&delivery, retention).unwrap();

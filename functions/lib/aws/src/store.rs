@@ -102,6 +102,14 @@ fn legacy_possible_at(id: &DeliveryId, since: DateTime<Utc>) -> bool {
     id.created_at() < since + MIXED_VERSIONS
 }
 
+/// How a read sees the table: every write acknowledged before it, or
+/// (half the read units) possibly not those of about the last second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    Consistent,
+    Eventual,
+}
+
 /// An overdue-index entry as read: an earlier-shape delivery's entry does
 /// not name its app.
 enum OverdueEntry {
@@ -122,9 +130,10 @@ struct ListSource {
 }
 
 /// The partitions a delivery list reads: the app's own (filtered by
-/// endpoint, status, event type), the by-status index for pending or
-/// failed deliveries, and the index copies of earlier-shape items
-/// (`DLV#`), which are not in the app's partitions.
+/// endpoint, status, event type), the by-status index for failed
+/// deliveries, and the index copies an earlier version wrote: of
+/// earlier-shape items (`DLV#`, which are not in the app's partitions) and
+/// of pending items (which are; the merge lists each delivery once).
 fn list_sources(app: &AppId, q: &DeliveryQuery) -> Vec<ListSource> {
     let mut common = Vec::new();
     if let Some(t) = &q.event_type {
@@ -162,10 +171,11 @@ fn list_sources(app: &AppId, q: &DeliveryQuery) -> Vec<ListSource> {
                 }))
                 .collect()
         }
-        // Every one that is not delivered has an index copy.
-        (None, Some(status)) if status != DeliveryStatus::Delivered => {
-            by_status(status, common).collect()
-        }
+        // Every failed one has an index copy.
+        (None, Some(DeliveryStatus::Failed)) => by_status(DeliveryStatus::Failed, common).collect(),
+        // Pending and delivered ones are in the app's partitions (and the
+        // index copies of an earlier version's items: earlier-shape ones
+        // of every status, pending ones of the current shape).
         (None, Some(status)) => {
             let mut own = common.clone();
             own.extend(status_filter);
@@ -620,6 +630,7 @@ impl DynamoStore {
         app: &AppId,
         id: &DeliveryId,
         listed: bool,
+        read: Read,
     ) -> Result<Option<Delivery>> {
         // Its item and (for a listed delivery, which has no item before its
         // first attempt) the event that lists it: one request. On a cold
@@ -633,7 +644,7 @@ impl DynamoStore {
             // Boxed: SDK futures are large, and a deep handler's state
             // machine must not overflow a thread's stack.
             let (items, legacy_possible) = futures::future::try_join(
-                Box::pin(self.get_consistent(&keys)),
+                Box::pin(self.get_items(&keys, read)),
                 Box::pin(self.legacy_delivery_possible(id)),
             )
             .await?;
@@ -696,15 +707,27 @@ impl DynamoStore {
 
     /// The items at `keys` (consistent reads): one GetItem for one key,
     /// else a BatchGetItem.
-    async fn get_consistent(&self, keys: &[(String, String)]) -> Result<Vec<Item>> {
-        match keys {
-            [(pk, sk)] => Ok(self.get(pk.clone(), sk).await?.into_iter().collect()),
-            keys => {
+    async fn get_items(&self, keys: &[(String, String)], read: Read) -> Result<Vec<Item>> {
+        match (keys, read) {
+            ([(pk, sk)], Read::Consistent) => {
+                Ok(self.get(pk.clone(), sk).await?.into_iter().collect())
+            }
+            ([(pk, sk)], Read::Eventual) => {
+                let _g = self.guard().await;
+                Ok(self
+                    .http
+                    .get_item_eventually(&self.table, pk, sk)
+                    .await
+                    .map_err(direct_error)?
+                    .into_iter()
+                    .collect())
+            }
+            (keys, read) => {
                 let keys = keys
                     .iter()
                     .map(|(pk, sk)| Self::key(pk.clone(), sk))
                     .collect();
-                self.batch_get(keys, true, None).await
+                self.batch_get(keys, read == Read::Consistent, None).await
             }
         }
     }
@@ -1813,11 +1836,15 @@ impl Store for DynamoStore {
     }
 
     async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
-        self.read_delivery(app, id, true).await
+        self.read_delivery(app, id, true, Read::Consistent).await
     }
 
     async fn get_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
-        self.read_delivery(app, id, false).await
+        self.read_delivery(app, id, false, Read::Consistent).await
+    }
+
+    async fn peek_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
+        self.read_delivery(app, id, false, Read::Eventual).await
     }
 
     async fn update_delivery(&self, d: &Delivery, expected_version: u64) -> Result<bool> {
@@ -1861,7 +1888,8 @@ impl Store for DynamoStore {
             (":version", Value::N(d.version.to_string())),
             (":expected_version", Value::N(expected_version.to_string())),
         ];
-        // In the by-status index unless delivered.
+        // In the by-status index if failed (an earlier version's pending
+        // copy leaves it too).
         match schema::status_index_key(d) {
             Some(gsi2) => {
                 set.extend(["GSI2PK = :gsi2", "GSI2SK = :gsi2sk"]);

@@ -242,11 +242,15 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             return Ok(DeliverOutcome::NotDue);
         }
         // A listed delivery's first attempt: the message says all its event
-        // would; only an item written meanwhile can say otherwise.
+        // would; only an item written meanwhile can say otherwise (an
+        // earlier copy of this message, the reconciler's, an operator's
+        // restart: seconds ago at the least, so an eventually consistent
+        // read sees it; one it misses costs a second POST, never a wrong
+        // record, as the outcome's write is conditional).
         let found = match (message.listed_delivery(), message.version) {
             (Some(listed), _) => self
                 .store
-                .get_delivery_item(&message.app_id, &message.delivery_id)
+                .peek_delivery_item(&message.app_id, &message.delivery_id)
                 .await?
                 .or(Some(listed)),
             // A later attempt: the earlier one wrote the delivery's item (no
@@ -855,6 +859,11 @@ mod tests {
         let requests = deliverer.sender.requests.lock().unwrap().clone();
         assert_eq!(requests.len(), 1);
         assert_eq!(requests[0].2, event.body.as_bytes());
+        assert_eq!(
+            deliverer.store.item_reads(),
+            (0, 1),
+            "a first attempt's read is eventually consistent (half the units)"
+        );
 
         // The second was re-queued by the reconciler meanwhile (version 1).
         let mut second = stored.listed_delivery(1).unwrap();
@@ -876,6 +885,11 @@ mod tests {
             DeliverOutcome::Delivered
         );
         assert_eq!(deliverer.sender.requests.lock().unwrap().len(), 2);
+        assert_eq!(
+            deliverer.store.item_reads(),
+            (1, 2),
+            "a later attempt compares versions: a consistent read"
+        );
 
         // A later attempt's message for a delivery with no item (expired):
         // stale, not rebuilt from the event's list.

@@ -48,6 +48,8 @@ struct StoreState {
     /// The next this-many delivery reads fail (a throttled or broken store).
     failing_delivery_reads: u32,
     failing_route_reads: u32,
+    /// Delivery item reads so far: (consistent, eventually consistent).
+    item_reads: (u32, u32),
     deliveries: HashMap<DeliveryId, Delivery>,
     /// The reconciler's sweep mark: the last event id it checked.
     sweep_mark: Option<EventId>,
@@ -101,6 +103,21 @@ impl MemoryStore {
 
     pub fn events(&self) -> Vec<StoredEvent> {
         lock(&self.state).events.values().cloned().collect()
+    }
+
+    /// Delivery item reads so far: (consistent, eventually consistent).
+    pub fn item_reads(&self) -> (u32, u32) {
+        lock(&self.state).item_reads
+    }
+
+    /// A delivery's item (the in-memory store is always consistent).
+    fn read_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
+        let mut s = lock(&self.state);
+        if s.failing_delivery_reads > 0 {
+            s.failing_delivery_reads -= 1;
+            return Err(crate::PipelineError::store("injected read failure", true));
+        }
+        Ok(s.deliveries.get(id).filter(|d| &d.app_id == app).cloned())
     }
 
     /// The next `n` delivery reads fail with a retryable store error.
@@ -393,12 +410,12 @@ impl Store for MemoryStore {
         Ok(found)
     }
     async fn get_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
-        let mut s = lock(&self.state);
-        if s.failing_delivery_reads > 0 {
-            s.failing_delivery_reads -= 1;
-            return Err(crate::PipelineError::store("injected read failure", true));
-        }
-        Ok(s.deliveries.get(id).filter(|d| &d.app_id == app).cloned())
+        lock(&self.state).item_reads.0 += 1;
+        self.read_item(app, id)
+    }
+    async fn peek_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
+        lock(&self.state).item_reads.1 += 1;
+        self.read_item(app, id)
     }
     async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
         let mut s = lock(&self.state);

@@ -353,6 +353,19 @@ pub trait Store: Send + Sync {
         app: &AppId,
         id: &DeliveryId,
     ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
+    /// [`Store::get_delivery_item`], read eventually consistently (half
+    /// the read units): a write of about the last second may not show yet.
+    /// For a listed delivery's first attempt only, where a missed write
+    /// costs at most a second POST of the same message (the outcome's
+    /// write is conditional on version 0, so the record stays right) —
+    /// never where a version is compared (a later attempt).
+    fn peek_delivery_item(
+        &self,
+        app: &AppId,
+        id: &DeliveryId,
+    ) -> impl Future<Output = Result<Option<Delivery>>> + Send {
+        self.get_delivery_item(app, id)
+    }
     /// Writes the delivery's new state if it is still at `expected_version`
     /// (version 0: also if it has no item yet, a listed delivery's first write)
     /// (versions never repeat, see [`Delivery::version`]). `Ok(false)` when it
