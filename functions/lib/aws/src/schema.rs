@@ -28,8 +28,8 @@
 //! copy per delivery. Only failed deliveries (what an operator looks for,
 //! kept for the whole retention) have a copy in the by-status index GSI2,
 //! so the list of failures is read from the index, not filtered out of
-//! everything delivered; pending ones are among an app's newest items and
-//! are listed from its partitions (see [`status_index_key`]: a copy would
+//! everything delivered; pending ones are mostly among an app's newest
+//! items and are listed from its partitions (see [`status_index_key`]: a copy would
 //! be written and removed again for every delivery that needs a retry).
 //! Items of the earlier shape (`DLV#{id}`,
 //! with their GSI1 and GSI2 copies) are still listed through those indexes
@@ -693,8 +693,9 @@ pub fn delivery_item(
 /// rare among everything delivered and kept for the whole retention, so
 /// the index finds them without reading past the rest. A pending
 /// delivery has no copy: it is listed from its app's partitions
-/// (filtered), where it is among the newest (a retry window, or a restart
-/// by hand, which rewrites it), and a copy would cost two index writes
+/// (filtered), where it is mostly among the newest (within a retry window
+/// of its creation; one restarted by hand keeps its place by creation
+/// time, a few list pages down), and a copy would cost two index writes
 /// for every delivery that needs a retry (in, then out). Items of an
 /// earlier version may still have a pending copy; lists read those too.
 pub fn status_index_key(delivery: &Delivery) -> Option<String> {
