@@ -153,6 +153,9 @@ const INDEXES: [(&str, &str, bool); 3] = [
 /// An item's entries in [`INDEXES`] (each its index key, `None`: absent).
 type Entries = [Option<String>; 3];
 
+/// The entries of an item in no index.
+const NO_ENTRIES: Entries = [None, None, None];
+
 /// What the counter knows of the table: the index entries of every item
 /// written through it, so a write is charged for what it changes in each
 /// index (DynamoDB writes an index only when the item's entry in it is
@@ -218,10 +221,11 @@ impl TableState {
     fn put_wru(&mut self, item: &Value, factor: f64) -> f64 {
         let units = kb_units(item_size(item), 1024);
         let after = entries_of(item);
+        // An item the counter never saw written is a new one: no entries.
         let before = self
             .items
             .insert(table_key(item), after.clone())
-            .unwrap_or_default();
+            .unwrap_or(NO_ENTRIES);
         units * factor + indexes_wru(&before, &after, units)
     }
 
@@ -252,7 +256,11 @@ impl TableState {
             })
         };
         let removed = |name: &str| remove_part.split(',').any(|a| a.trim() == name);
-        let key = update.get("Key").map(table_key).unwrap_or_default();
+        // DynamoDB refuses an update without a key: nothing to follow,
+        // the table's write alone.
+        let Some(key) = update.get("Key").map(table_key) else {
+            return units * factor;
+        };
         let before = match self.items.get(&key) {
             Some(known) => known.clone(),
             // Not written through this counter: an earlier-shape delivery
@@ -286,9 +294,10 @@ impl TableState {
     }
 
     fn delete_wru(&mut self, key: Option<&Value>, factor: f64) -> f64 {
+        // An item the counter never saw written: no entries known.
         let before = key
             .and_then(|k| self.items.remove(&table_key(k)))
-            .unwrap_or_default();
+            .unwrap_or(NO_ENTRIES);
         factor + before.iter().flatten().count() as f64
     }
 
