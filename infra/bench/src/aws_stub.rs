@@ -28,6 +28,9 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, Default)]
 pub struct AwsStub {
     pub requests: Arc<AtomicU64>,
+    /// Each request's operation (`X-Amz-Target`'s last part, with the key's
+    /// partition prefix for item reads), in order of arrival.
+    pub operations: Arc<Mutex<Vec<String>>>,
     state: Option<Arc<Mutex<Tables>>>,
 }
 
@@ -162,10 +165,35 @@ fn answer(target: &str, request: &Value) -> Value {
         }
         "Decrypt" => json!({"KeyId": "stub", "Plaintext": KEY_B64}),
         "GetItem" if is_sweep_mark(&request["Key"]) => sweep_mark(chrono::Utc::now()),
-        "GetItem" if is_shape_marker(&request["Key"]) => shape_marker(chrono::Utc::now()),
+        "GetItem" if is_shape_marker(&request["Key"]) => shape_marker(),
         // GetItem (nothing found), PutItem, UpdateItem, DeleteItem,
         // TransactWriteItems, DeleteMessageBatch...: success, no attributes.
         _ => json!({}),
+    }
+}
+
+/// `op`, with what it reads for a GetItem or BatchGetItem (the key's
+/// partition prefix: `GetItem(EVT)`), so a report can say what a first
+/// invocation asked for.
+fn operation_name(op: &str, request: &Value) -> String {
+    let prefix = |key: &Value| {
+        let pk = key["PK"]["S"].as_str().unwrap_or("?");
+        pk.split('#').next().unwrap_or(pk).to_owned()
+    };
+    match op {
+        "GetItem" => format!("GetItem({})", prefix(&request["Key"])),
+        "BatchGetItem" => {
+            let mut parts: Vec<String> = request["RequestItems"]
+                .as_object()
+                .into_iter()
+                .flat_map(|tables| tables.values())
+                .flat_map(|t| t["Keys"].as_array().into_iter().flatten())
+                .map(prefix)
+                .collect();
+            parts.sort();
+            format!("BatchGetItem({})", parts.join("+"))
+        }
+        other => other.to_owned(),
     }
 }
 
@@ -180,14 +208,21 @@ fn is_shape_marker(key: &Value) -> bool {
         && key["SK"]["S"] == hookline_aws::schema::DELIVERY_SHAPE_SK
 }
 
-/// The shape marker of a table this version took over a day before `now`
-/// (as every table is an hour after its deployment): no delivery may have
-/// an item of the earlier shape.
-fn shape_marker(now: chrono::DateTime<chrono::Utc>) -> Value {
-    let since = (now - chrono::TimeDelta::days(1)).to_rfc3339();
+/// When the stub's table was taken over by this version: long before
+/// every `events/` fixture's ids (made 2026-12-02), as on a table upgraded
+/// long ago. A marker relative to now would put the fixtures' deliveries
+/// before it once they are a day old, and their first invocation would
+/// take the earlier shape's path (one more read each), which no table past
+/// its upgrade does.
+pub const TABLE_TAKEN_OVER: &str = "2026-01-01T00:00:00Z";
+
+/// The shape marker of a table this version took over at
+/// [`TABLE_TAKEN_OVER`]: no delivery of the fixtures may have an item of
+/// the earlier shape.
+fn shape_marker() -> Value {
     json!({"Item": {"PK": {"S": hookline_aws::schema::DELIVERY_SHAPE_PK},
         "SK": {"S": hookline_aws::schema::DELIVERY_SHAPE_SK}, "kind": {"S": "shape"},
-        "since": {"S": since}}})
+        "since": {"S": TABLE_TAKEN_OVER}}})
 }
 
 /// The sweep mark of a deployed table whose reconciler ran a few minutes
@@ -210,6 +245,9 @@ async fn handle(State(stub): State<AwsStub>, headers: HeaderMap, body: Bytes) ->
         .unwrap_or_default();
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let op = target.rsplit('.').next().unwrap_or_default();
+    if let Ok(mut log) = stub.operations.lock() {
+        log.push(operation_name(op, &request));
+    }
     let stateful = stub
         .state
         .as_ref()
@@ -314,10 +352,12 @@ mod tests {
         assert!(age > chrono::TimeDelta::minutes(19) && age < chrono::TimeDelta::minutes(21));
     }
 
-    /// The shape marker reads as a table taken over a day ago (the
+    /// The shape marker reads as a table taken over long before the
+    /// fixtures' deliveries (plus the hour an earlier version may still
+    /// write), so their first invocation is a steady-state one (the
     /// stateful stub falls back to that answer).
     #[test]
-    fn the_shape_marker_is_a_day_old() {
+    fn the_shape_marker_is_older_than_the_fixtures() {
         let key = json!({"Key": {"PK": {"S": hookline_aws::schema::DELIVERY_SHAPE_PK}, "SK": {"S": hookline_aws::schema::DELIVERY_SHAPE_SK}}});
         let item = answer("DynamoDB_20120810.GetItem", &key);
         assert_eq!(Tables::default().answer("GetItem", &key), None);
@@ -326,8 +366,14 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        let age = chrono::Utc::now() - since;
-        assert!(age > chrono::TimeDelta::hours(23) && age < chrono::TimeDelta::hours(25));
+        let fixture: Value =
+            serde_json::from_str(include_str!("../../../events/sqs-deliver.json")).unwrap();
+        let message: Value =
+            serde_json::from_str(fixture["Records"][0]["body"].as_str().unwrap()).unwrap();
+        let delivery =
+            hookline_core::ids::DeliveryId::parse(message["delivery_id"].as_str().unwrap())
+                .unwrap();
+        assert!(since + chrono::TimeDelta::hours(1) < delivery.created_at());
     }
 
     #[test]

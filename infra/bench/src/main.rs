@@ -76,7 +76,7 @@ const FIRST_EVENTS: [(&str, &str); 5] = [
     ),
     (
         "dispatch",
-        include_str!("../../../events/stream-insert-delivery.json"),
+        include_str!("../../../events/stream-insert-event.json"),
     ),
     ("deliver", include_str!("../../../events/sqs-deliver.json")),
     ("retry", include_str!("../../../events/retry-dry-run.json")),
@@ -86,6 +86,23 @@ const FIRST_EVENTS: [(&str, &str); 5] = [
 fn out(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// `ops` with each run of one operation written once with its count
+/// (`Query x8, PutItem`).
+fn runs(ops: &[String]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ops.len() {
+        let n = ops[i..].iter().take_while(|op| **op == ops[i]).count();
+        out.push(if n > 1 {
+            format!("{} x{n}", ops[i])
+        } else {
+            ops[i].clone()
+        });
+        i += n;
+    }
+    out.join(", ")
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -241,6 +258,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut few_bare = Vec::new();
     for (name, event) in FIRST_EVENTS {
         let before = aws.requests.load(std::sync::atomic::Ordering::Relaxed);
+        let ops_before = aws.operations.lock().map(|l| l.len()).unwrap_or(0);
         let samples = init::first_answer_times(
             &stub,
             &args.release_dir.join(name),
@@ -252,6 +270,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let calls = (aws.requests.load(std::sync::atomic::Ordering::Relaxed) - before) as f64
             / starts as f64;
         let (med, p90) = init::median_p90(&samples);
+        let first_ops = aws
+            .operations
+            .lock()
+            .map(|log| runs(&log[ops_before..(ops_before + calls.round() as usize).min(log.len())]))
+            .unwrap_or_default();
         // The floor of any function making as many requests: hello-world
         // plus that many bare round trips on a fresh client.
         let mut bare_env = answer_env.clone();
@@ -269,7 +292,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let hello_invocation = hello_a_med - hello_med;
         let _ = writeln!(
             rows,
-            "| {name} | {med:.2} ms ({p90:.2}) | {hello_a_med:.2} ms ({hello_a_p90:.2}) | {:.2}x | {init_med:.2} ms | {invocation:.2} ms | {calls:.0} | {bare_med:.2} ms ({:.2}x) | {:.2}x |",
+            "| {name} | {med:.2} ms ({p90:.2}) | {hello_a_med:.2} ms ({hello_a_p90:.2}) | {:.2}x | {init_med:.2} ms | {invocation:.2} ms | {calls:.0}: {first_ops} | {bare_med:.2} ms ({:.2}x) | {:.2}x |",
             med / hello_a_med,
             bare_med / hello_a_med,
             med / bare_med
@@ -298,7 +321,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let requests = aws.requests.load(std::sync::atomic::Ordering::Relaxed);
     let _ = writeln!(
         md,
-        "\n### Cold start to the first answer\n\nProcess start to the first invocation's answer posted to the Runtime API: runtime init, settings, the AWS clients (built on the first invocation: the direct DynamoDB and SQS clients on one HTTP client; the SDK's configuration and clients only when a request needs one), and the invocation itself with its AWS calls, answered by a keep-alive loopback stub (`infra/bench/src/aws_stub.rs`: DynamoDB, SQS and KMS JSON protocols, minimal valid answers, no state; {requests} requests in this section). Each function's first event is its `events/` fixture: ingest `api-post-event.json` (endpoint query, the key's record and the event: two conditional puts, 202), dispatch `stream-insert-delivery.json` (SendMessageBatch), deliver `sqs-deliver.json` (delivery read; an unknown delivery is acked), retry `retry-dry-run.json` (DLQ receive), reconcile `reconcile.json` (8 overdue-index shard queries, and the sweep: its mark — a recent one, as every run but a deployment's first finds —, then 8 event-time-index shard queries and 8 queries of the events' day partitions; all at once). Baseline: the hello-world function answering its first event. Median of {starts} starts (p90). Goal: ≤ {FIRST_ANSWER_GOAL}x. Split: init (the section above) and the first invocation (the difference of the medians), with the AWS requests it made (counted by the stub). For reference, the floor of any function making as many requests: `hello-aws` (`infra/bench/hello/src/aws.rs`), the hello-world function plus that many plain HTTP round trips (a GetItem's JSON, unsigned) to the same stub on one keep-alive connection of a `reqwest` client built on its first invocation, with none of hookline's code (its ratio to hello-world in brackets; the last column is ours against it).\n\n| function | first answer median (p90) | hello-world | ratio | init | first invocation | AWS requests | bare function, as many requests | ours / bare |\n|---|---|---|---|---|---|---|---|---|",
+        "\n### Cold start to the first answer\n\nProcess start to the first invocation's answer posted to the Runtime API: runtime init, settings, the AWS clients (built on the first invocation: the direct DynamoDB and SQS clients on one HTTP client; the SDK's configuration and clients only when a request needs one), and the invocation itself with its AWS calls, answered by a keep-alive loopback stub (`infra/bench/src/aws_stub.rs`: DynamoDB, SQS and KMS JSON protocols, minimal valid answers, no state; {requests} requests in this section). Each function's first event is its `events/` fixture for its everyday path (the requests it made are listed in the table, in order of arrival): ingest `api-post-event.json` (the event type's catalog entry and the endpoint query at once, then the key's record and the event: two conditional puts, 202), dispatch `stream-insert-event.json` (a new event: its listed fan-out queued from the stream image, one SendMessageBatch and no read; a retry's record adds one read of its event), deliver `sqs-deliver.json` (a listed delivery's first attempt: its item and its event in one BatchGetItem and, once per process, the table's shape marker alongside; the stub finds neither, so the unknown delivery is acked; the stub's table was upgraded to this storage shape long before the fixtures' ids, as a table in steady state), retry `retry-dry-run.json` (DLQ receive), reconcile `reconcile.json` (8 overdue-index shard queries, and the sweep: its mark — a recent one, as every run but a deployment's first finds —, then 8 event-time-index shard queries and 8 queries of the events' day partitions; all at once). Baseline: the hello-world function answering its first event. Median of {starts} starts (p90). Goal: ≤ {FIRST_ANSWER_GOAL}x. Split: init (the section above) and the first invocation (the difference of the medians), with the AWS requests it made (counted by the stub). For reference, the floor of any function making as many requests: `hello-aws` (`infra/bench/hello/src/aws.rs`), the hello-world function plus that many plain HTTP round trips (a GetItem's JSON, unsigned) to the same stub on one keep-alive connection of a `reqwest` client built on its first invocation, with none of hookline's code (its ratio to hello-world in brackets; the last column is ours against it).\n\n| function | first answer median (p90) | hello-world | ratio | init | first invocation | AWS requests | bare function, as many requests | ours / bare |\n|---|---|---|---|---|---|---|---|---|",
     );
     md.push_str(&rows);
     if few_bare.is_empty() {

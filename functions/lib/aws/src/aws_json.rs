@@ -116,8 +116,9 @@ pub enum AwsJsonError {
         #[source]
         source: reqwest::Error,
     },
-    /// The call took longer than [`OPERATION_TIMEOUT`].
-    #[error("{operation}: no answer within {OPERATION_TIMEOUT:?}")]
+    /// The call took longer than [`OPERATION_TIMEOUT`] (plus the wait the
+    /// request asked the service for, for a long poll).
+    #[error("{operation}: no answer within {OPERATION_TIMEOUT:?} (plus its long poll's wait)")]
     Timeout { operation: Operation },
     /// A success answer that does not parse.
     #[error("{operation}: unreadable answer")]
@@ -302,13 +303,28 @@ impl AwsJson {
         op: Operation,
         request: &Q,
     ) -> Result<A, AwsJsonError> {
+        self.call_waiting(op, request, Duration::ZERO).await
+    }
+
+    /// [`Self::call`] for a request that asks the service to hold its
+    /// answer up to `wait` (a long poll): each attempt's timeout and the
+    /// call's are that much longer.
+    pub async fn call_waiting<Q: Serialize + ?Sized, A: serde::de::DeserializeOwned>(
+        &self,
+        op: Operation,
+        request: &Q,
+        wait: Duration,
+    ) -> Result<A, AwsJsonError> {
         let operation = op;
         let body = serde_json::to_vec(request)
             .map_err(|source| AwsJsonError::Encode { operation, source })?;
         let body = bytes::Bytes::from(body);
-        let answer = tokio::time::timeout(OPERATION_TIMEOUT, self.with_retries(op, body))
-            .await
-            .map_err(|_| AwsJsonError::Timeout { operation })??;
+        let answer = tokio::time::timeout(
+            OPERATION_TIMEOUT + wait,
+            self.with_retries(op, body, ATTEMPT_TIMEOUT + wait),
+        )
+        .await
+        .map_err(|_| AwsJsonError::Timeout { operation })??;
         serde_json::from_slice(&answer).map_err(|source| AwsJsonError::Decode { operation, source })
     }
 
@@ -316,10 +332,11 @@ impl AwsJson {
         &self,
         op: Operation,
         body: bytes::Bytes,
+        attempt_timeout: Duration,
     ) -> Result<bytes::Bytes, AwsJsonError> {
         let mut attempt = 1;
         loop {
-            let outcome = self.attempt(op, body.clone()).await;
+            let outcome = self.attempt(op, body.clone(), attempt_timeout).await;
             let retry = match &outcome {
                 Ok(_) => false,
                 Err(err) => attempt < MAX_ATTEMPTS && err.deserves_retry(),
@@ -337,6 +354,7 @@ impl AwsJson {
         &self,
         op: Operation,
         body: bytes::Bytes,
+        timeout: Duration,
     ) -> Result<bytes::Bytes, AwsJsonError> {
         let operation = op;
         if let Some(observe) = &self.observer {
@@ -378,7 +396,7 @@ impl AwsJson {
         let response = self
             .http
             .post(self.url.clone())
-            .timeout(ATTEMPT_TIMEOUT)
+            .timeout(timeout)
             .headers(headers)
             .body(body)
             .send()

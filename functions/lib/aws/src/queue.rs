@@ -2,15 +2,13 @@
 
 use std::time::Duration;
 
-use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
-};
+use aws_sdk_sqs::types::QueueAttributeName;
 use aws_sdk_sqs::Client;
 use hookline_pipeline::messages::DeliveryMessage;
 use hookline_pipeline::ports::{DlqEntry, Queue, Result};
 
 use crate::error::{corrupt, direct_error, queue_error};
-use crate::sqs_http::{BatchEntry, SqsHttp, BATCH_MAX};
+use crate::sqs_http::{BatchEntry, HandleEntry, SqsHttp, BATCH_MAX};
 
 /// The delivery queue and DLQ. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -49,6 +47,52 @@ impl SqsQueue {
 
     pub fn dlq_url(&self) -> &str {
         &self.dlq_url
+    }
+
+    /// Deletes the DLQ messages of `receipt_handles` (`visibility: None`)
+    /// or makes them visible again after `visibility` seconds, by batches
+    /// of 10. A refused entry leaves its message in the DLQ, where the
+    /// next drain finds it again (a message redriven twice is delivered
+    /// at most once more: deliver judges it by the delivery's version);
+    /// it is logged with SQS's code, never dropped in silence.
+    async fn on_dlq_handles(
+        &self,
+        receipt_handles: &[String],
+        visibility: Option<i32>,
+    ) -> Result<()> {
+        for chunk in receipt_handles.chunks(BATCH_MAX) {
+            let entries: Vec<HandleEntry<'_>> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, handle)| HandleEntry {
+                    id: i.to_string(),
+                    receipt_handle: handle,
+                    visibility_timeout: visibility,
+                })
+                .collect();
+            let refused = match visibility {
+                None => {
+                    self.http
+                        .delete_message_batch(&self.dlq_url, &entries)
+                        .await
+                }
+                Some(_) => {
+                    self.http
+                        .change_message_visibility_batch(&self.dlq_url, &entries)
+                        .await
+                }
+            }
+            .map_err(direct_error)?;
+            for f in refused {
+                tracing::warn!(
+                    code = %f.code,
+                    sender_fault = f.sender_fault,
+                    operation = if visibility.is_none() { "DeleteMessageBatch" } else { "ChangeMessageVisibilityBatch" },
+                    "DLQ entry refused; the message stays in the DLQ"
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -115,76 +159,26 @@ impl Queue for SqsQueue {
         visibility: Duration,
         wait: Duration,
     ) -> Result<Vec<DlqEntry>> {
-        let out = self
-            .client()
-            .receive_message()
-            .queue_url(&self.dlq_url)
-            .max_number_of_messages(max.clamp(1, 10))
-            .visibility_timeout(i32::try_from(visibility.as_secs()).unwrap_or(43_200))
-            .wait_time_seconds(i32::try_from(wait.as_secs().min(20)).unwrap_or(20))
-            .send()
+        let messages = self
+            .http
+            .receive_message(&self.dlq_url, max, visibility, wait)
             .await
-            .map_err(|e| queue_error("ReceiveMessage", e))?;
-        Ok(out
-            .messages
-            .unwrap_or_default()
+            .map_err(direct_error)?;
+        Ok(messages
             .into_iter()
-            .filter_map(|m| {
-                Some(DlqEntry {
-                    receipt_handle: m.receipt_handle?,
-                    body: m.body.unwrap_or_default(),
-                })
+            .map(|m| DlqEntry {
+                receipt_handle: m.receipt_handle,
+                body: m.body,
             })
             .collect())
     }
 
     async fn delete_dlq(&self, receipt_handles: &[String]) -> Result<()> {
-        for chunk in receipt_handles.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(r)
-                        .build()
-                        .map_err(|e| corrupt("DeleteMessageBatch entry", e))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            self.client()
-                .delete_message_batch()
-                .queue_url(&self.dlq_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| queue_error("DeleteMessageBatch", e))?;
-        }
-        Ok(())
+        self.on_dlq_handles(receipt_handles, None).await
     }
 
     async fn release_dlq(&self, receipt_handles: &[String]) -> Result<()> {
-        for chunk in receipt_handles.chunks(10) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    ChangeMessageVisibilityBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(r)
-                        .visibility_timeout(0)
-                        .build()
-                        .map_err(|e| corrupt("ChangeMessageVisibilityBatch entry", e))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            self.client()
-                .change_message_visibility_batch()
-                .queue_url(&self.dlq_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| queue_error("ChangeMessageVisibilityBatch", e))?;
-        }
-        Ok(())
+        self.on_dlq_handles(receipt_handles, Some(0)).await
     }
 
     async fn dlq_depth(&self) -> Result<u64> {
