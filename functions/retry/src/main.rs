@@ -1,3 +1,7 @@
+// The handler's future (the redrive loop over the direct clients' calls) is
+// deeper than rustc's default layout query limit.
+#![recursion_limit = "256"]
+
 use hookline_aws::clients::{init_tracing, Deps};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
