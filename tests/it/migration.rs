@@ -406,6 +406,63 @@ async fn deliveries_of_the_earlier_shape_are_listed_moved_and_reconciled() {
     );
 }
 
+/// A producer's service may run an earlier version of the outbox library
+/// long after the stack's upgrade: it writes its events' delivery items at
+/// the earlier key (`DLV#{id}`) with fresh ids, which the shape marker's
+/// hour does not cover. Such a delivery is not in its event's listed
+/// fan-out, so a miss at the new key looks at the earlier one whatever the
+/// delivery's age: it is delivered (here a large event, whose message
+/// carries no body and names the delivery alone), not acked as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_an_earlier_outbox_library_writes_after_the_upgrade_is_delivered() {
+    let stack = Stack::start(&[]).await;
+    // This version took over the table two hours ago.
+    let now = chrono::Utc::now();
+    stack
+        .store
+        .set_deliveries_by_app_since(now - chrono::TimeDelta::hours(2))
+        .await
+        .expect("the shape marker");
+    let a = Receiver::healthy().await;
+    let (endpoint, _) = stack.subscribe("shop", &a).await;
+    let endpoint = hookline_core::ids::EndpointId::parse(&endpoint).expect("an endpoint id");
+
+    // The producer's event (no listed fan-out: the earlier library wrote
+    // an item per delivery), larger than a queue message carries.
+    let big = format!(r#"{{"lines":"{}"}}"#, "x".repeat(30 * 1024));
+    let (new, _) = plan_event(
+        AppId::parse("shop").expect("an app id"),
+        EventType::parse("order.paid").expect("a type"),
+        &RawValue::from_string(big).expect("JSON"),
+        &[],
+        now,
+        &mut StdRng::from_entropy(),
+    );
+    assert_eq!(
+        stack.store.commit_event(&new).await.expect("commit"),
+        hookline_pipeline::ports::CommitOutcome::Committed
+    );
+    let delivery = hookline_core::model::Delivery::new(
+        DeliveryId::for_event_endpoint(&new.event.id, &endpoint),
+        &new.event,
+        endpoint,
+        now,
+    );
+    put_legacy_delivery(&stack, &delivery).await;
+    let id = delivery.id.to_string();
+    assert!(
+        stack
+            .pump_until_all(std::slice::from_ref(&id), DeliveryStatus::Delivered, T)
+            .await,
+        "delivered"
+    );
+    assert_eq!((a.unique_accepted(), a.duplicates()), (1, 0));
+    let (pk, sk) = schema::legacy_delivery_key(&delivery.id);
+    assert!(raw(&stack, &pk, &sk).await.is_none(), "{pk} moved");
+    let (pk, sk) = schema::delivery_key(&delivery.app_id, &delivery.id);
+    assert!(raw(&stack, &pk, &sk).await.is_some(), "{pk} written");
+}
+
 async fn raw(stack: &Stack, pk: &str, sk: &str) -> Option<HashMap<String, AttributeValue>> {
     stack
         .clients

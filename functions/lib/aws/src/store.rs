@@ -660,8 +660,21 @@ impl DynamoStore {
             if let Some(item) = current {
                 return schema::delivery_from_item(item).map(Some);
             }
-            // An item of the earlier shape, for a delivery old enough.
-            let legacy = if legacy_possible {
+            let event = event.map(schema::event_from_item).transpose()?;
+            let listed_by_event = match (&event, id.fanout_origin()) {
+                (Some(stored), Some((_, position))) => stored
+                    .listed_delivery(position)
+                    .is_some_and(|d| &d.id == id),
+                _ => false,
+            };
+            // An item of the earlier shape: for a delivery created before
+            // this version took over the table, and (looked up only when
+            // the new key misses, so it costs nothing in steady state) for
+            // one its event does not list, whatever its age: a producer's
+            // service may still run an earlier version of the outbox
+            // library, which writes its deliveries' items at the earlier key
+            // (a listed delivery's item is written by deliver alone).
+            let legacy = if legacy_possible || (listed && !listed_by_event) {
                 let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
                 Box::pin(self.get(legacy_pk, &legacy_sk)).await?
             } else {
@@ -690,7 +703,7 @@ impl DynamoStore {
             return Ok(None);
         };
         let event = match event {
-            Some(item) => Some(schema::event_from_item(item)?),
+            Some(stored) => Some(stored),
             None => {
                 // An event of the earlier shape.
                 let (pk, sk) = legacy_event_key(&event_id);
