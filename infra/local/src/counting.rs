@@ -14,7 +14,15 @@
 //!   an absent one removed nothing;
 //! - `UpdateItem` does not carry the whole item: its size is the update's
 //!   values plus `UPDATED_ITEM_BASE_BYTES`;
-//! - a consistent `GetItem` is 1 RRU per 4 KB, a `Query` at least 0.5 RRU.
+//! - reads are charged by the size of what they read, per started 4 KB (at
+//!   least one unit), one RRU per unit when consistent and half that when
+//!   eventually consistent: a `GetItem` or `BatchGetItem` key the item's
+//!   size, a `Query` the items its key condition selects ([`TableState`]
+//!   evaluates it over the items it saw written: after `ExclusiveStartKey`,
+//!   up to `Limit`, whatever the projection or filter, as DynamoDB
+//!   charges; an index query the entries it reads, the whole item for an
+//!   ALL index, the keys for KEYS_ONLY). An item the counter never saw
+//!   written reads as one unit.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -164,6 +172,95 @@ const NO_ENTRIES: Entries = [None, None, None];
 #[derive(Debug, Default)]
 pub struct TableState {
     items: std::collections::HashMap<String, Entries>,
+    /// Each item's size by (PK, SK), in key order (for queries): a put's
+    /// own, an update's the larger of the item's known size and the
+    /// update's estimate.
+    sizes: BTreeMap<(String, String), usize>,
+}
+
+/// A `Query`'s sort-key condition.
+#[derive(Debug, Clone, PartialEq)]
+enum SortCondition {
+    Any,
+    Between(String, String),
+    BeginsWith(String),
+    Compare(&'static str, String),
+}
+
+impl SortCondition {
+    fn holds(&self, sk: &str) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Between(low, high) => low.as_str() <= sk && sk <= high.as_str(),
+            Self::BeginsWith(prefix) => sk.starts_with(prefix.as_str()),
+            Self::Compare(op, v) => match *op {
+                "<" => sk < v.as_str(),
+                "<=" => sk <= v.as_str(),
+                ">" => sk > v.as_str(),
+                ">=" => sk >= v.as_str(),
+                _ => sk == v.as_str(),
+            },
+        }
+    }
+}
+
+/// A `Query` request's key condition: (partition attribute, its value,
+/// sort attribute, its condition). `None` for a form this counter does not
+/// read (such a query is charged its minimum).
+fn key_condition(body: &Value) -> Option<(String, String, String, SortCondition)> {
+    let expression = body.get("KeyConditionExpression")?.as_str()?;
+    let values = body.get("ExpressionAttributeValues")?;
+    let names = body.get("ExpressionAttributeNames");
+    let name = |n: &str| -> String {
+        let n = n.trim();
+        names
+            .and_then(|m| m.get(n))
+            .and_then(Value::as_str)
+            .unwrap_or(n)
+            .to_owned()
+    };
+    let value = |v: &str| text(values.get(v.trim())).map(str::to_owned);
+    let (partition, rest) = match expression.split_once(" AND ") {
+        Some((p, r)) => (p, Some(r.trim())),
+        None => (expression, None),
+    };
+    let (pk_name, pk_value) = partition.split_once('=')?;
+    let (pk_name, pk_value) = (name(pk_name), value(pk_value)?);
+    let Some(rest) = rest else {
+        return Some((pk_name, pk_value, String::new(), SortCondition::Any));
+    };
+    if let Some(inner) = rest
+        .strip_prefix("begins_with(")
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        let (sk, prefix) = inner.split_once(',')?;
+        return Some((
+            pk_name,
+            pk_value,
+            name(sk),
+            SortCondition::BeginsWith(value(prefix)?),
+        ));
+    }
+    if let Some((sk, range)) = rest.split_once(" BETWEEN ") {
+        let (low, high) = range.split_once(" AND ")?;
+        return Some((
+            pk_name,
+            pk_value,
+            name(sk),
+            SortCondition::Between(value(low)?, value(high)?),
+        ));
+    }
+    for op in ["<=", ">=", "<", ">", "="] {
+        if let Some((sk, v)) = rest.split_once(op) {
+            return Some((
+                pk_name,
+                pk_value,
+                name(sk),
+                SortCondition::Compare(op, value(v)?),
+            ));
+        }
+    }
+    None
 }
 
 fn text(v: Option<&Value>) -> Option<&str> {
@@ -176,6 +273,14 @@ fn table_key(key: &Value) -> String {
         "{}\u{0}{}",
         text(key.get("PK")).unwrap_or(""),
         text(key.get("SK")).unwrap_or("")
+    )
+}
+
+/// The table key of an `Item` or `Key`, as (PK, SK).
+fn key_pair(key: &Value) -> (String, String) {
+    (
+        text(key.get("PK")).unwrap_or("").to_owned(),
+        text(key.get("SK")).unwrap_or("").to_owned(),
     )
 }
 
@@ -226,6 +331,7 @@ impl TableState {
             .items
             .insert(table_key(item), after.clone())
             .unwrap_or(NO_ENTRIES);
+        self.sizes.insert(key_pair(item), item_size(item));
         units * factor + indexes_wru(&before, &after, units)
     }
 
@@ -290,15 +396,108 @@ impl TableState {
             }
         }
         self.items.insert(key, after.clone());
+        if let Some(pair) = update.get("Key").map(key_pair) {
+            let estimate = size + UPDATED_ITEM_BASE_BYTES;
+            let size = self
+                .sizes
+                .get(&pair)
+                .map_or(estimate, |&known| known.max(estimate));
+            self.sizes.insert(pair, size);
+        }
         units * factor + indexes_wru(&before, &after, units)
     }
 
     fn delete_wru(&mut self, key: Option<&Value>, factor: f64) -> f64 {
+        if let Some(pair) = key.map(key_pair) {
+            self.sizes.remove(&pair);
+        }
         // An item the counter never saw written: no entries known.
         let before = key
             .and_then(|k| self.items.remove(&table_key(k)))
             .unwrap_or(NO_ENTRIES);
         factor + before.iter().flatten().count() as f64
+    }
+
+    /// Read units of one item read by `key`: its size per started 4 KB.
+    fn item_read_units(&self, key: &Value) -> f64 {
+        self.sizes
+            .get(&key_pair(key))
+            .map_or(1.0, |&size| kb_units(size, 4096))
+    }
+
+    /// The bytes a `Query` reads ([`key_condition`] over the items seen),
+    /// `None` for a form not understood.
+    fn query_bytes(&self, body: &Value) -> Option<usize> {
+        let (pk_name, pk, sk_name, condition) = key_condition(body)?;
+        let index = body.get("IndexName").and_then(Value::as_str);
+        // (sort key, bytes read) of each item the condition selects.
+        let mut hits: Vec<(String, usize)> = match index {
+            None => {
+                if pk_name != "PK" || !(sk_name.is_empty() || sk_name == "SK") {
+                    return None;
+                }
+                self.sizes
+                    .range((pk.clone(), String::new())..)
+                    .take_while(|((p, _), _)| *p == pk)
+                    .filter(|((_, sk), _)| condition.holds(sk))
+                    .map(|((_, sk), &size)| (sk.clone(), size))
+                    .collect()
+            }
+            Some(_) => {
+                let i = INDEXES.iter().position(|(p, _, _)| *p == pk_name)?;
+                let all = INDEXES[i].2;
+                self.items
+                    .iter()
+                    .filter_map(|(key, entries)| {
+                        let (p, sk) = entries[i].as_deref()?.split_once('\u{0}')?;
+                        (p == pk && condition.holds(sk)).then(|| {
+                            let (table_pk, table_sk) = key.split_once('\u{0}').unwrap_or((key, ""));
+                            let pair = (table_pk.to_owned(), table_sk.to_owned());
+                            let keys = ["PK", "SK"].iter().map(|n| n.len()).sum::<usize>()
+                                + INDEXES[i].0.len()
+                                + INDEXES[i].1.len()
+                                + table_pk.len()
+                                + table_sk.len()
+                                + p.len()
+                                + sk.len();
+                            let bytes = if all {
+                                self.sizes.get(&pair).copied().unwrap_or(keys)
+                            } else {
+                                keys
+                            };
+                            (sk.to_owned(), bytes)
+                        })
+                    })
+                    .collect()
+            }
+        };
+        hits.sort();
+        let forward = body.get("ScanIndexForward").and_then(Value::as_bool) != Some(false);
+        if !forward {
+            hits.reverse();
+        }
+        let sk_attr = if index.is_some() {
+            INDEXES
+                .iter()
+                .find(|(p, _, _)| *p == pk_name)
+                .map_or("SK", |(_, s, _)| *s)
+        } else {
+            "SK"
+        };
+        if let Some(start) = text(body.get("ExclusiveStartKey").and_then(|k| k.get(sk_attr))) {
+            hits.retain(|(sk, _)| {
+                if forward {
+                    sk.as_str() > start
+                } else {
+                    sk.as_str() < start
+                }
+            });
+        }
+        let limit = body
+            .get("Limit")
+            .and_then(Value::as_u64)
+            .map_or(usize::MAX, |l| l as usize);
+        Some(hits.iter().take(limit).map(|(_, bytes)| bytes).sum())
     }
 
     /// Estimated (WRU, RRU) of one DynamoDB request body.
@@ -309,9 +508,14 @@ impl TableState {
             "DeleteItem" => (self.delete_wru(body.get("Key"), 1.0), 0.0),
             "GetItem" => {
                 let consistent = body.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
-                (0.0, if consistent { 1.0 } else { 0.5 })
+                let units = body.get("Key").map_or(1.0, |k| self.item_read_units(k));
+                (0.0, units * if consistent { 1.0 } else { 0.5 })
             }
-            "Query" => (0.0, 0.5),
+            "Query" => {
+                let consistent = body.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
+                let units = kb_units(self.query_bytes(body).unwrap_or(0), 4096);
+                (0.0, units * if consistent { 1.0 } else { 0.5 })
+            }
             "BatchGetItem" => {
                 let rru =
                     body.get("RequestItems")
@@ -320,12 +524,16 @@ impl TableState {
                             tables
                                 .values()
                                 .map(|t| {
-                                    let keys =
-                                        t.get("Keys").and_then(Value::as_array).map_or(0, Vec::len);
+                                    let units: f64 = t
+                                        .get("Keys")
+                                        .and_then(Value::as_array)
+                                        .map_or(0.0, |keys| {
+                                            keys.iter().map(|k| self.item_read_units(k)).sum()
+                                        });
                                     let consistent =
                                         t.get("ConsistentRead").and_then(Value::as_bool)
                                             == Some(true);
-                                    keys as f64 * if consistent { 1.0 } else { 0.5 }
+                                    units * if consistent { 1.0 } else { 0.5 }
                                 })
                                 .sum()
                         });
@@ -459,5 +667,68 @@ mod tests {
         // assumed present.
         let unknown = json!({"Key": {"PK": {"S": "EVT#x"}, "SK": {"S": "EVT"}}, "UpdateExpression": "SET a = :a REMOVE GSI3PK, GSI3SK", "ExpressionAttributeValues": {":a": {"S": "x"}}});
         assert_eq!(wru("UpdateItem", unknown), 2.0);
+    }
+
+    /// Reads are charged by what they read: a query by the items its key
+    /// condition selects (after its start key, up to its limit), an index
+    /// query by its entries, a read by key by the item's size.
+    #[test]
+    fn reads_are_charged_by_what_they_read() {
+        let mut table = TableState::default();
+        let item = |sk: &str, due: Option<&str>| {
+            let mut item = json!({"PK": {"S": "EVD#20261205#1"}, "SK": {"S": sk}, "body": {"S": "x".repeat(1500)}});
+            if let Some(due) = due {
+                item["GSI3PK"] = json!({"S": "DUE#1"});
+                item["GSI3SK"] = json!({"S": due});
+            }
+            item
+        };
+        for (sk, due) in [("a", Some("t1")), ("b", None), ("c", Some("t3"))] {
+            table.capacity("PutItem", &json!({"Item": item(sk, due)}));
+        }
+        table.capacity("PutItem", &json!({"Item": {"PK": {"S": "EVD#20261205#2"}, "SK": {"S": "a"}, "body": {"S": "x".repeat(9000)}}}));
+        let mut rru = |body: Value| table.capacity("Query", &body).1;
+        let range = |low: &str, high: &str| {
+            json!({"KeyConditionExpression": "PK = :pk AND SK BETWEEN :low AND :below",
+                "ExpressionAttributeValues": {":pk": {"S": "EVD#20261205#1"}, ":low": {"S": low}, ":below": {"S": high}}})
+        };
+        // Two items of ~1.5 KB: one 4 KB unit, half of it eventually.
+        assert_eq!(rru(range("a", "b")), 0.5);
+        // Three: two units (the other partition's item is not read).
+        assert_eq!(rru(range("a", "z")), 1.0);
+        let mut consistent = range("a", "z");
+        consistent["ConsistentRead"] = json!(true);
+        assert_eq!(rru(consistent), 2.0);
+        let mut limited = range("a", "z");
+        limited["Limit"] = json!(1);
+        assert_eq!(rru(limited), 0.5);
+        let mut after = range("a", "z");
+        after["ExclusiveStartKey"] = json!({"PK": {"S": "EVD#20261205#1"}, "SK": {"S": "a"}});
+        assert_eq!(rru(after), 0.5);
+        let prefix = json!({"KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)", "ConsistentRead": true,
+            "ExpressionAttributeValues": {":pk": {"S": "EVD#20261205#2"}, ":p": {"S": "a"}}});
+        assert_eq!(rru(prefix), 3.0);
+        // The overdue index (KEYS_ONLY): two small entries.
+        let overdue = json!({"IndexName": "GSI3", "KeyConditionExpression": "GSI3PK = :pk AND GSI3SK < :below",
+            "ExpressionAttributeValues": {":pk": {"S": "DUE#1"}, ":below": {"S": "t9"}}});
+        assert_eq!(rru(overdue), 0.5);
+        // A form the counter does not read: its minimum.
+        assert_eq!(rru(json!({"KeyConditionExpression": "whatever"})), 0.5);
+        // By key: the item's size (9 KB: three units), an unseen one one.
+        let key = json!({"PK": {"S": "EVD#20261205#2"}, "SK": {"S": "a"}});
+        assert_eq!(
+            table
+                .capacity("GetItem", &json!({"Key": key, "ConsistentRead": true}))
+                .1,
+            3.0
+        );
+        let batch = json!({"RequestItems": {"t": {"Keys": [key, {"PK": {"S": "nope"}, "SK": {"S": "x"}}]}}});
+        assert_eq!(table.capacity("BatchGetItem", &batch).1, 2.0);
+        // A deleted item is no longer read.
+        table.capacity(
+            "DeleteItem",
+            &json!({"Key": {"PK": {"S": "EVD#20261205#1"}, "SK": {"S": "c"}}}),
+        );
+        assert_eq!(table.capacity("Query", &range("a", "z")).1, 0.5);
     }
 }
