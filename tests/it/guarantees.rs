@@ -773,3 +773,102 @@ async fn a_delivery_in_a_stream_batch_dropped_for_a_poison_record_still_arrives(
         &format!("poison stream record: the batch with it ({dropped} records, a good delivery among them) given up on after 50 retries, metadata in the on-failure queue; the good delivery delivered by the reconciler, 0 lost"),
     );
 }
+
+/// Commits `n` events of `shop` through the store, each listing one
+/// delivery to its endpoint; their stream records are dropped (their
+/// messages lost). Half of them (every other one) then get their item as a
+/// delivered first attempt would write it, plus (`others`) that many
+/// further items of deliveries no event lists in the same partitions'
+/// ranges (as a large fan-out's): the sweep must requeue exactly the other
+/// half. Returns the ids expected requeued.
+async fn events_half_attempted(stack: &Stack, n: usize, others: usize) -> Vec<String> {
+    let app = AppId::parse("shop").expect("an app id");
+    let routes = stack.store.list_routes(&app).await.expect("routes");
+    let mut rng = StdRng::from_entropy();
+    let mut lost = Vec::new();
+    let mut groups: std::collections::HashMap<String, usize> = Default::default();
+    for i in 0..n {
+        let (new, _) = plan_event(
+            app.clone(),
+            EventType::parse("order.paid").expect("a type"),
+            &RawValue::from_string(format!(r#"{{"n":{i}}}"#)).expect("JSON"),
+            &routes,
+            chrono::Utc::now(),
+            &mut rng,
+        );
+        assert_eq!(
+            stack.store.commit_event(&new).await.expect("commit"),
+            CommitOutcome::Committed
+        );
+        let mut listed = hookline_core::model::Delivery::new(
+            DeliveryId::for_fanout(&new.event.id, 0).expect("a listed fan-out id"),
+            &new.event,
+            new.targets[0].clone(),
+            new.event.created_at,
+        );
+        *groups
+            .entry(hookline_aws::schema::delivery_key(&app, &listed.id).0)
+            .or_default() += 1;
+        if i % 2 == 0 {
+            listed.status = DeliveryStatus::Delivered;
+            listed.attempt_count = 1;
+            listed.version = 1;
+            listed.next_attempt_at = None;
+            assert!(stack.store.create_delivery(&listed).await.expect("written"));
+            for _ in 0..others {
+                let mut other = listed.clone();
+                other.id = DeliveryId::for_event_endpoint(
+                    &new.event.id,
+                    &hookline_core::ids::EndpointId::generate(),
+                );
+                assert!(stack.store.create_delivery(&other).await.expect("written"));
+            }
+        } else {
+            lost.push(listed.id.to_string());
+        }
+    }
+    assert!(
+        groups.values().any(|&g| g >= 4),
+        "some partition holds enough of them to be read as a range: {groups:?}"
+    );
+    let dropped = stack.next_stream_event().await.expect("stream records");
+    assert!(!dropped["Records"].as_array().expect("records").is_empty());
+    lost
+}
+
+/// The reconciler's check of swept listed deliveries (which have an item,
+/// which must be requeued) reads a partition's range where it holds several
+/// of them, and falls back to keys when the range is crowded with others:
+/// either way exactly the ones without an item are requeued, and delivered
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_requeues_exactly_the_listed_deliveries_without_an_item() {
+    let stack = Stack::start(&RECONCILE_ENV).await;
+    let receiver = Receiver::healthy().await;
+    stack.subscribe("shop", &receiver).await;
+    let mut expected = Vec::new();
+    // Ranges of the swept deliveries alone, then ranges crowded with 12
+    // other deliveries per attempted one (beyond the read's budget).
+    for others in [0, 12] {
+        let lost = events_half_attempted(&stack, 40, others).await;
+        sleep_until_overdue(chrono::Utc::now(), RECONCILE_AFTER).await;
+        let report = stack.reconcile().await.unwrap();
+        assert_eq!(
+            (report.swept, report.listed_requeued),
+            (40, 20),
+            "{others} others: {report:?}"
+        );
+        expected.extend(lost);
+        assert!(
+            stack
+                .pump_until_all(&expected, DeliveryStatus::Delivered, T)
+                .await
+        );
+        assert_eq!(receiver.unique_accepted(), expected.len());
+        assert_eq!(receiver.duplicates(), 0);
+    }
+    record_figures(
+        "reconciler",
+        "swept listed deliveries checked by partition range (and by key where a range is crowded): of 2 x 40 events with their messages lost, exactly the 2 x 20 never attempted requeued and delivered once",
+    );
+}

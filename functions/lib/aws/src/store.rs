@@ -89,6 +89,15 @@ struct SweepMarks {
     event_marks: Vec<String>,
 }
 
+/// From this many deliveries in one of its app's partitions, the
+/// reconciler's check of swept deliveries reads their range of the
+/// partition (a query, charged by the bytes read: about four delivery items
+/// per unit) instead of each key (a unit each).
+const RANGE_READ_MIN: usize = 4;
+/// A range read stops after this many items per delivery asked (others in
+/// the range: a large fan-out's deliveries); the rest are read by key.
+const RANGE_READ_ITEMS_PER_ID: usize = 4;
+
 /// How long after this version first used the table an earlier version
 /// may still have written a delivery item of its shape: the functions of a
 /// deployment are replaced within minutes (an invocation lasts 15 minutes
@@ -741,6 +750,72 @@ impl DynamoStore {
                     .map(|(pk, sk)| Self::key(pk.clone(), sk))
                     .collect();
                 self.batch_get(keys, read == Read::Consistent, None).await
+            }
+        }
+    }
+
+    /// Which of `ids` (all in partition `pk`) have an item there, read as
+    /// the one range of the partition they span (eventually consistent,
+    /// keys only, pushed to `found`). The range may hold other deliveries
+    /// (a large fan-out's, created meanwhile); once it has read
+    /// [`RANGE_READ_ITEMS_PER_ID`] items per id asked, the ids not found
+    /// yet are returned unread (for a read by key), so a range never costs
+    /// much more than reading each key would.
+    async fn delivery_items_in_range(
+        &self,
+        pk: &str,
+        ids: &[&DeliveryId],
+        found: &mut Vec<DeliveryId>,
+    ) -> Result<Vec<DeliveryId>> {
+        let wanted: std::collections::HashSet<&str> = ids.iter().map(|id| id.as_str()).collect();
+        let low = ids
+            .iter()
+            .map(|id| id.as_str())
+            .min()
+            .expect("a group is never empty");
+        let high = ids
+            .iter()
+            .map(|id| id.as_str())
+            .max()
+            .expect("a group is never empty");
+        let budget = ids.len() * RANGE_READ_ITEMS_PER_ID;
+        let mut query = Query::new(&self.table, "PK = :pk AND SK BETWEEN :low AND :high")
+            .eventually_consistent()
+            .value(":pk", serde_dynamo::AttributeValue::S(pk.to_owned()))
+            .value(":low", serde_dynamo::AttributeValue::S(low.to_owned()))
+            .value(":high", serde_dynamo::AttributeValue::S(high.to_owned()))
+            .projection("#sk")
+            .name("#sk", SK);
+        let (mut read, mut seen) = (0, std::collections::HashSet::new());
+        loop {
+            query.limit = Some(i32::try_from(budget - read).unwrap_or(i32::MAX));
+            let page = {
+                let _g = self.guard().await;
+                self.http.query(&query).await.map_err(direct_error)?
+            };
+            read += page.items.len();
+            for item in &page.items {
+                if let Some(serde_dynamo::AttributeValue::S(sk)) = item.get(SK) {
+                    if wanted.contains(sk.as_str()) && seen.insert(sk.clone()) {
+                        found.push(
+                            DeliveryId::parse(sk).map_err(|e| corrupt("delivery item key", e))?,
+                        );
+                    }
+                }
+            }
+            match page.last_evaluated_key {
+                Some(key) if !key.is_empty() => {
+                    if read >= budget {
+                        // Too many others in the range: the rest by key.
+                        return Ok(ids
+                            .iter()
+                            .filter(|id| !seen.contains(id.as_str()))
+                            .map(|id| (*id).clone())
+                            .collect());
+                    }
+                    query.exclusive_start_key = Some(key);
+                }
+                _ => return Ok(Vec::new()),
             }
         }
     }
@@ -2149,33 +2224,50 @@ impl Store for DynamoStore {
         if deliveries.is_empty() {
             return Ok(Vec::new());
         }
-        // At either key (for a delivery old enough to have one of the
-        // earlier shape): such an item is moved only when next read by id.
+        // Grouped by their app's partition: where a partition holds many of
+        // them, one range of it is read (a query is charged by the bytes it
+        // reads, a few items per unit, where a read by key is a unit each);
+        // the others by key. Also at their earlier key (for a delivery old
+        // enough to have one): such an item is moved only when next read by
+        // id.
         let since = self.deliveries_by_app_since().await?;
+        let mut groups: std::collections::BTreeMap<String, Vec<&DeliveryId>> =
+            std::collections::BTreeMap::new();
         let mut keys = Vec::new();
         for d in deliveries {
-            let (pk, sk) = delivery_key(&d.app_id, &d.id);
-            keys.push(Self::key(pk, &sk));
+            let (pk, _) = delivery_key(&d.app_id, &d.id);
+            groups.entry(pk).or_default().push(&d.id);
             if legacy_possible_at(&d.id, since) {
                 let (legacy_pk, legacy_sk) = legacy_delivery_key(&d.id);
                 keys.push(Self::key(legacy_pk, &legacy_sk));
             }
         }
-        let items = self.batch_get(keys, false, Some("PK, SK")).await?;
-        Ok(items
-            .iter()
-            .filter_map(|item| {
-                let pk = item.get(PK).and_then(|v| match v {
-                    serde_dynamo::AttributeValue::S(v) => Some(v.as_str()),
-                    _ => None,
-                })?;
-                let sk = item.get(SK).and_then(|v| match v {
-                    serde_dynamo::AttributeValue::S(v) => Some(v.as_str()),
-                    _ => None,
-                })?;
-                schema::delivery_of_key(pk, sk).map(|(_, id)| id)
-            })
-            .collect())
+        let mut found = Vec::new();
+        for (pk, ids) in groups {
+            if ids.len() < RANGE_READ_MIN {
+                keys.extend(ids.iter().map(|id| Self::key(pk.clone(), id.as_str())));
+                continue;
+            }
+            let unread = self.delivery_items_in_range(&pk, &ids, &mut found).await?;
+            keys.extend(unread.iter().map(|id| Self::key(pk.clone(), id.as_str())));
+        }
+        let items = if keys.is_empty() {
+            Vec::new()
+        } else {
+            self.batch_get(keys, false, Some("PK, SK")).await?
+        };
+        found.extend(items.iter().filter_map(|item| {
+            let pk = item.get(PK).and_then(|v| match v {
+                serde_dynamo::AttributeValue::S(v) => Some(v.as_str()),
+                _ => None,
+            })?;
+            let sk = item.get(SK).and_then(|v| match v {
+                serde_dynamo::AttributeValue::S(v) => Some(v.as_str()),
+                _ => None,
+            })?;
+            schema::delivery_of_key(pk, sk).map(|(_, id)| id)
+        }));
+        Ok(found)
     }
 
     async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {
