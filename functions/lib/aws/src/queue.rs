@@ -10,6 +10,17 @@ use hookline_pipeline::ports::{DlqEntry, Queue, Result};
 use crate::error::{corrupt, direct_error, queue_error};
 use crate::sqs_http::{BatchEntry, HandleEntry, SqsHttp, BATCH_MAX};
 
+/// Logs an entry SQS refused in a batch `operation` (its code, never the
+/// message).
+fn warn_refused(operation: &str, entry: &crate::sqs_http::FailedEntry) {
+    tracing::warn!(
+        operation,
+        code = %entry.code,
+        sender_fault = entry.sender_fault,
+        "batch entry refused"
+    );
+}
+
 /// The delivery queue and DLQ. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SqsQueue {
@@ -83,13 +94,13 @@ impl SqsQueue {
                 }
             }
             .map_err(direct_error)?;
+            let operation = match visibility {
+                None => "DeleteMessageBatch",
+                Some(_) => "ChangeMessageVisibilityBatch",
+            };
             for f in refused {
-                tracing::warn!(
-                    code = %f.code,
-                    sender_fault = f.sender_fault,
-                    operation = if visibility.is_none() { "DeleteMessageBatch" } else { "ChangeMessageVisibilityBatch" },
-                    "DLQ entry refused; the message stays in the DLQ"
-                );
+                // The message stays in the DLQ.
+                warn_refused(operation, &f);
             }
         }
         Ok(())
@@ -120,11 +131,7 @@ impl Queue for SqsQueue {
                 .await
                 .map_err(direct_error)?;
             for f in refused {
-                tracing::warn!(
-                    code = %f.code,
-                    sender_fault = f.sender_fault,
-                    "SendMessageBatch entry refused"
-                );
+                warn_refused("SendMessageBatch", &f);
                 // An id naming no entry of this request would leave a
                 // message counted as queued that SQS may not hold: the
                 // whole batch is an error (retried), never a silent success.

@@ -161,11 +161,8 @@ impl SqsHttp {
         queue_url: &str,
         entries: &[HandleEntry<'_>],
     ) -> Result<Vec<FailedEntry>, AwsJsonError> {
-        let answer: BatchAnswer = self
-            .json
-            .call(DELETE_MESSAGE_BATCH, &HandleBatch { queue_url, entries })
-            .await?;
-        Ok(answer.failed)
+        self.handle_batch(DELETE_MESSAGE_BATCH, queue_url, entries)
+            .await
     }
 
     /// Sets the visibility timeout of the received messages of `entries`
@@ -175,12 +172,20 @@ impl SqsHttp {
         queue_url: &str,
         entries: &[HandleEntry<'_>],
     ) -> Result<Vec<FailedEntry>, AwsJsonError> {
+        self.handle_batch(CHANGE_MESSAGE_VISIBILITY_BATCH, queue_url, entries)
+            .await
+    }
+
+    /// `op` on received messages by their receipt handles.
+    async fn handle_batch(
+        &self,
+        op: Operation,
+        queue_url: &str,
+        entries: &[HandleEntry<'_>],
+    ) -> Result<Vec<FailedEntry>, AwsJsonError> {
         let answer: BatchAnswer = self
             .json
-            .call(
-                CHANGE_MESSAGE_VISIBILITY_BATCH,
-                &HandleBatch { queue_url, entries },
-            )
+            .call(op, &HandleBatch { queue_url, entries })
             .await?;
         Ok(answer.failed)
     }
