@@ -2204,20 +2204,23 @@ impl Store for DynamoStore {
     }
 
     async fn commit_sweep(&self, mark: &str) -> Result<()> {
+        use serde_dynamo::AttributeValue as Value;
         let marks: SweepMarks = serde_json::from_str(mark).map_err(|e| corrupt("sweep mark", e))?;
+        let list = |marks: &[String]| Value::L(marks.iter().cloned().map(Value::S).collect());
+        let item: Item = HashMap::from([
+            (PK.to_owned(), Value::S(SWEEP_MARK_PK.to_owned())),
+            (SK.to_owned(), Value::S(SWEEP_MARK_SK.to_owned())),
+            ("kind".to_owned(), Value::S("sweep_mark".to_owned())),
+            ("marks".to_owned(), list(&marks.marks)),
+            ("event_marks".to_owned(), list(&marks.event_marks)),
+        ])
+        .into();
+        // On the direct client: every reconciler run writes it.
         let _g = self.guard().await;
-        self.client()
-            .put_item()
-            .table_name(&self.table)
-            .item(PK, s(SWEEP_MARK_PK))
-            .item(SK, s(SWEEP_MARK_SK))
-            .item("kind", s("sweep_mark"))
-            .item("marks", av(&marks.marks)?)
-            .item("event_marks", av(&marks.event_marks)?)
-            .send()
+        self.http
+            .put_item(&Put::new(&self.table, &item))
             .await
-            .map_err(|e| store_error("PutItem", e))?;
-        Ok(())
+            .map_err(direct_error)
     }
 
     async fn delivery_items_among(&self, deliveries: &[Delivery]) -> Result<Vec<DeliveryId>> {
