@@ -1,7 +1,10 @@
 //! A minimal Lambda Runtime API on loopback: serves queued invocation events
 //! on `GET /2018-06-01/runtime/invocation/next`, records responses, and holds
 //! the `next` call open when nothing is queued (as Lambda does between
-//! invocations), noting when the function first asked.
+//! invocations), noting when the function first asked. A connection
+//! accepted before the last [`RuntimeStub::reset`] (a process stopped since)
+//! is never handed an event: a `next` it sent just before it was killed
+//! would otherwise take the next process's first event.
 
 use hookline_core::sync::lock;
 use std::collections::VecDeque;
@@ -10,11 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::IncomingStream;
 use axum::Router;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Notify;
 
 #[derive(Default)]
@@ -38,7 +44,28 @@ pub struct RuntimeStub {
     changed: Arc<Notify>,
 }
 
-async fn next(State(stub): State<RuntimeStub>) -> Response {
+/// Resets so far (of any stub in this process: the benchmark runs one at a
+/// time).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The [`GENERATION`] a connection was accepted in.
+#[derive(Clone, Copy, Debug)]
+struct Accepted(u64);
+
+impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Accepted {
+    fn connect_info(_: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        Self(GENERATION.load(Ordering::SeqCst))
+    }
+}
+
+async fn next(
+    State(stub): State<RuntimeStub>,
+    ConnectInfo(accepted): ConnectInfo<Accepted>,
+) -> Response {
+    if accepted.0 != GENERATION.load(Ordering::SeqCst) {
+        // A stopped process's connection: it gets nothing.
+        return std::future::pending::<Response>().await;
+    }
     let event = {
         let mut inner = lock(&stub.inner);
         if inner.first_next.is_none() {
@@ -120,7 +147,11 @@ impl RuntimeStub {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<Accepted>(),
+            )
+            .await;
         });
         Ok((stub, addr))
     }
@@ -128,6 +159,7 @@ impl RuntimeStub {
     /// Forgets everything; queues `events` for the next process.
     pub fn reset(&self, events: Vec<String>) {
         let mut inner = lock(&self.inner);
+        GENERATION.fetch_add(1, Ordering::SeqCst);
         *inner = Inner {
             events: events.into(),
             ..Inner::default()
