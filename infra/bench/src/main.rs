@@ -258,7 +258,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut few_bare = Vec::new();
     for (name, event) in FIRST_EVENTS {
         let before = aws.requests.load(std::sync::atomic::Ordering::Relaxed);
-        let ops_before = aws.operations.lock().map(|l| l.len()).unwrap_or(0);
+        let ops_before = hookline_core::sync::lock(&aws.operations).len();
         let samples = init::first_answer_times(
             &stub,
             &args.release_dir.join(name),
@@ -270,11 +270,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let calls = (aws.requests.load(std::sync::atomic::Ordering::Relaxed) - before) as f64
             / starts as f64;
         let (med, p90) = init::median_p90(&samples);
-        let first_ops = aws
-            .operations
-            .lock()
-            .map(|log| runs(&log[ops_before..(ops_before + calls.round() as usize).min(log.len())]))
-            .unwrap_or_default();
+        let first_ops = {
+            let log = hookline_core::sync::lock(&aws.operations);
+            runs(&log[ops_before..(ops_before + calls.round() as usize).min(log.len())])
+        };
         // The floor of any function making as many requests: hello-world
         // plus that many bare round trips on a fresh client.
         let mut bare_env = answer_env.clone();
