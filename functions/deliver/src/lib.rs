@@ -178,6 +178,35 @@ mod tests {
         );
     }
 
+    /// The everyday message: a listed delivery's first attempt as dispatch
+    /// makes it (`events/sqs-deliver-first-attempt.json`, checked against
+    /// dispatch's own output there). Deliver reads only the delivery's own
+    /// item (one eventually consistent read, none found) and its endpoint,
+    /// never the event, POSTs the carried body and records the outcome.
+    #[tokio::test]
+    async fn a_first_attempt_fixture_is_posted_from_the_message_alone() {
+        let deliverer = answering(200, settings()).await;
+        let event: SqsEvent = serde_json::from_str(include_str!(
+            "../../../events/sqs-deliver-first-attempt.json"
+        ))
+        .expect("fixture is an SQS event");
+        // The store's event is not this message's: a read of it would show.
+        acked(&deliverer, event).await;
+        assert_eq!(
+            received(&deliverer),
+            [r#"{"type":"order.paid","timestamp":"2026-12-02T13:20:00.000Z","data":{"order_id":"ord_1042","amount":10.50}}"#]
+        );
+        assert_eq!(deliverer.store.item_reads(), (0, 1), "one eventual read");
+        let written: Vec<_> = deliverer
+            .store
+            .delivery_items()
+            .into_iter()
+            .filter(|d| d.id.as_str() == "dlv_01m8vgw5r0fe7bg2yq1bg70001")
+            .collect();
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].status, DeliveryStatus::Delivered);
+    }
+
     #[tokio::test]
     async fn a_503_schedules_a_retry_and_a_redelivered_message_is_stale() {
         let deliverer = answering(503, settings()).await;

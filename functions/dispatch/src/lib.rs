@@ -226,6 +226,15 @@ mod tests {
             assert_eq!(event.as_str(), "evt_01m8vgw5r0fe7bg2yq1bg70000");
         }
         assert!(store.delivery_items().is_empty(), "dispatch writes nothing");
+        // The deliver fixture of a first attempt is the first of them.
+        let deliver: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../events/sqs-deliver-first-attempt.json"
+        ))
+        .expect("fixture is JSON");
+        let carried: serde_json::Value =
+            serde_json::from_str(deliver["Records"][0]["body"].as_str().expect("a body"))
+                .expect("the body is a message");
+        assert_eq!(carried, serde_json::to_value(&sent[0].0).expect("JSON"));
 
         let queue = MemoryQueue::default();
         let mut modify = json;

@@ -2,14 +2,17 @@
 //! measurements: it answers the DynamoDB, SQS and KMS JSON-protocol calls the
 //! functions make (by `X-Amz-Target`) with minimal valid answers at once, so
 //! what is measured is our process, not moto's (slow, single-threaded)
-//! request handling. By default it keeps no state: reads find nothing,
-//! writes succeed. [`AwsStub::start_stateful`] keeps just enough for one pass
+//! request handling. What it keeps no state for, it answers as an empty
+//! table would: reads find nothing, writes succeed. It keeps just enough for one pass
 //! of the pipeline (the CPU-per-delivery probe): puts (also inside
 //! transactions) are stored by key and logged as stream records, `GetItem`,
 //! `BatchGetItem` and `Query` (partition key, optional `begins_with` on the sort key) read
 //! them back, updates succeed without applying, and sent SQS messages are
 //! logged. `GET /_stream?from=N` and `GET /_messages?from=N` hand the logs to
-//! the probe (it plays Lambda's event sources).
+//! the probe (it plays Lambda's event sources). A stateful stub seeded and
+//! then [frozen](AwsStub::freeze) is a table in steady state for cold
+//! starts: each process finds the items seeded (an endpoint), none of
+//! what an earlier process wrote.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -43,6 +46,9 @@ struct Tables {
     stream: Vec<Value>,
     /// Every SQS message body sent, in order.
     messages: Vec<String>,
+    /// Seeded and frozen ([`AwsStub::freeze`]): reads find what was put
+    /// before, writes succeed without being kept.
+    frozen: bool,
 }
 
 fn key_of(item: &Value) -> (String, String) {
@@ -58,6 +64,9 @@ impl Tables {
 
     /// The stateful answer, or `None` to fall back to the stateless one.
     fn answer(&mut self, op: &str, request: &Value) -> Option<Value> {
+        if self.frozen && !matches!(op, "GetItem" | "BatchGetItem" | "Query") {
+            return None;
+        }
         match op {
             "PutItem" => {
                 self.put(&request["Item"]);
@@ -73,8 +82,9 @@ impl Tables {
             }
             "GetItem" => match self.items.get(&key_of(&request["Key"])) {
                 Some(item) => Some(json!({"Item": item})),
-                // A deployed table's shape marker (the stateless answer).
-                None if is_shape_marker(&request["Key"]) => None,
+                // A deployed table's shape marker and sweep mark (the
+                // stateless answers).
+                None if is_shape_marker(&request["Key"]) || is_sweep_mark(&request["Key"]) => None,
                 None => Some(json!({})),
             },
             "BatchGetItem" => {
@@ -128,6 +138,12 @@ impl Tables {
         }
     }
 }
+
+/// The endpoint every `events/` fixture delivers to.
+pub const FIXTURE_ENDPOINT: &str = "ep_01m8vgw5r0fdnvqj6sdwzakm9j";
+/// The table and KMS key of the functions' environment (`init::lambda_env`).
+pub const FIXTURE_TABLE: &str = "hookline-Table";
+pub const FIXTURE_KMS_KEY: &str = "alias/hookline-SecretsKey";
 
 /// 32 zero bytes, base64: a data key (the stub is no KMS).
 const KEY_B64: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
@@ -293,18 +309,63 @@ fn log_page(stub: &AwsStub, page: impl Fn(&Tables) -> Vec<Value>) -> Response {
 }
 
 impl AwsStub {
-    /// Serves on an ephemeral loopback port; returns its URL.
-    pub async fn start() -> std::io::Result<(Self, String)> {
-        Self::serve(Self::default()).await
-    }
-
-    /// [`Self::start`] with state (see the module documentation).
+    /// Serves on an ephemeral loopback port, with state (see the module
+    /// documentation); returns its URL.
     pub async fn start_stateful() -> std::io::Result<(Self, String)> {
         Self::serve(Self {
             state: Some(Arc::default()),
             ..Self::default()
         })
         .await
+    }
+
+    /// A frozen stateful stub ([`Self::freeze`]) whose table holds the
+    /// endpoint the `events/` fixtures name (`demo`'s
+    /// [`FIXTURE_ENDPOINT`], all event types, its URL `receiver_url`), put
+    /// by the functions' own store code, its secret sealed by their KMS
+    /// path (the stub's data key): a deployed table in steady state. Ingest's
+    /// fixture event fans out to it; deliver's first attempt opens its
+    /// secret and POSTs to `receiver_url`.
+    pub async fn start_steady(receiver_url: &str) -> Result<(Self, String), String> {
+        use hookline_core::ids::{AppId, EndpointId};
+        use hookline_core::model::Endpoint;
+        use hookline_core::signing::Secret;
+        use hookline_pipeline::ports::Store as _;
+        let (stub, url) = Self::start_stateful()
+            .await
+            .map_err(|e| format!("AWS stub: {e}"))?;
+        let config = hookline_local::clients::local_sdk_config(&url).await;
+        let clients = hookline_aws::clients::Clients::from_config(&config);
+        let store = hookline_aws::DynamoStore::new(
+            &clients,
+            FIXTURE_TABLE,
+            std::time::Duration::from_secs(30 * 86_400),
+        )
+        .sealed_with(std::sync::Arc::new(
+            hookline_aws::sealing::SecretSealer::new(clients.kms.clone(), FIXTURE_KMS_KEY),
+        ));
+        let endpoint = Endpoint::new(
+            EndpointId::parse(FIXTURE_ENDPOINT).map_err(|e| e.to_string())?,
+            AppId::parse("demo").map_err(|e| e.to_string())?,
+            receiver_url,
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").map_err(|e| e.to_string())?,
+            chrono::Utc::now(),
+        );
+        store
+            .put_endpoint(&endpoint)
+            .await
+            .map_err(|e| format!("seeding the stub's endpoint: {e}"))?;
+        stub.freeze();
+        Ok((stub, url))
+    }
+
+    /// A stateful stub's table from now on: what was put so far is read
+    /// back, nothing more is kept (every writer finds the table as it was:
+    /// repeated cold starts each see the same one).
+    pub fn freeze(&self) {
+        if let Some(state) = &self.state {
+            hookline_core::sync::lock(state).frozen = true;
+        }
     }
 
     async fn serve(stub: Self) -> std::io::Result<(Self, String)> {
@@ -366,14 +427,18 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        let fixture: Value =
-            serde_json::from_str(include_str!("../../../events/sqs-deliver.json")).unwrap();
-        let message: Value =
-            serde_json::from_str(fixture["Records"][0]["body"].as_str().unwrap()).unwrap();
-        let delivery =
-            hookline_core::ids::DeliveryId::parse(message["delivery_id"].as_str().unwrap())
-                .unwrap();
-        assert!(since + chrono::TimeDelta::hours(1) < delivery.created_at());
+        for fixture in [
+            include_str!("../../../events/sqs-deliver.json"),
+            include_str!("../../../events/sqs-deliver-first-attempt.json"),
+        ] {
+            let fixture: Value = serde_json::from_str(fixture).unwrap();
+            let message: Value =
+                serde_json::from_str(fixture["Records"][0]["body"].as_str().unwrap()).unwrap();
+            let delivery =
+                hookline_core::ids::DeliveryId::parse(message["delivery_id"].as_str().unwrap())
+                    .unwrap();
+            assert!(since + chrono::TimeDelta::hours(1) < delivery.created_at());
+        }
     }
 
     #[test]
@@ -411,5 +476,14 @@ mod tests {
             )
             .is_none());
         assert_eq!(t.messages, ["m"]);
+
+        // Frozen: reads still find it, a write is answered but not kept.
+        t.frozen = true;
+        let later = json!({"PK": {"S": "APP#a"}, "SK": {"S": "EP#2"}});
+        assert_eq!(t.answer("PutItem", &json!({"Item": later})), None);
+        assert_eq!(t.answer("Query", &q).unwrap()["Count"], 1);
+        assert_eq!(t.stream.len(), 2);
+        let mark = json!({"Key": {"PK": {"S": "RECONCILER"}, "SK": {"S": "SWEEP"}}});
+        assert_eq!(t.answer("GetItem", &mark), None, "the stateless sweep mark");
     }
 }

@@ -23,7 +23,7 @@ pub fn lambda_env(runtime_api: &str, extra: &HashMap<String, String>) -> HashMap
         ("AWS_DEFAULT_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", "bench"),
         ("AWS_SECRET_ACCESS_KEY", "bench"),
-        ("WEBHOOKS_TABLE", "hookline-Table"),
+        ("WEBHOOKS_TABLE", crate::aws_stub::FIXTURE_TABLE),
         (
             "WEBHOOKS_QUEUE_URL",
             "http://127.0.0.1:9/000000000000/hookline-DeliveryQueue",
@@ -32,7 +32,7 @@ pub fn lambda_env(runtime_api: &str, extra: &HashMap<String, String>) -> HashMap
             "WEBHOOKS_DLQ_URL",
             "http://127.0.0.1:9/000000000000/hookline-DeadLetterQueue",
         ),
-        ("WEBHOOKS_KMS_KEY_ID", "alias/hookline-SecretsKey"),
+        ("WEBHOOKS_KMS_KEY_ID", crate::aws_stub::FIXTURE_KMS_KEY),
         ("RUST_LOG", "info"),
     ]
     .into_iter()

@@ -33,6 +33,15 @@ fn thread_cpu() -> Duration {
 /// A receiver that answers 200 after `delay`, on its own thread and runtime
 /// (so its CPU time is not the deliverer's).
 pub fn slow_receiver(delay: Duration) -> Result<String, String> {
+    counting_receiver(delay).map(|(url, _)| url)
+}
+
+/// [`slow_receiver`], with the count of the requests it has answered.
+pub fn counting_receiver(
+    delay: Duration,
+) -> Result<(String, std::sync::Arc<std::sync::atomic::AtomicU64>), String> {
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = answered.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
@@ -45,9 +54,13 @@ pub fn slow_receiver(delay: Duration) -> Result<String, String> {
         rt.block_on(async move {
             let app = Router::new().route(
                 "/hook",
-                post(move || async move {
-                    tokio::time::sleep(delay).await;
-                    "ok"
+                post(move || {
+                    let counter = counter.clone();
+                    async move {
+                        tokio::time::sleep(delay).await;
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        "ok"
+                    }
                 }),
             );
             let Ok(listener) = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await else {
@@ -57,9 +70,11 @@ pub fn slow_receiver(delay: Duration) -> Result<String, String> {
             let _ = axum::serve(listener, app).await;
         });
     });
-    rx.recv_timeout(Duration::from_secs(10))
+    let url = rx
+        .recv_timeout(Duration::from_secs(10))
         .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok((url, answered))
 }
 
 /// One measured batch.

@@ -56,7 +56,7 @@ pub fn function_clients(config: &SdkConfig, counter: Option<&CallCounter>) -> Cl
         dynamodb_http: direct.dynamodb.observed_by(counter.direct_observer()),
         sqs: counted!(aws_sdk_sqs, config, counter).into(),
         sqs_http: direct.sqs.observed_by(counter.direct_observer()),
-        kms: counted!(aws_sdk_kms, config, counter).into(),
+        kms: direct.kms.observed_by(counter.direct_observer()),
     }
 }
 

@@ -81,7 +81,7 @@ impl CallCounter {
         let counter = self.clone();
         std::sync::Arc::new(
             move |operation: hookline_aws::aws_json::Operation, body: &[u8]| {
-                let (wru, rru) = if operation.service == hookline_aws::dynamo_http::DYNAMODB {
+                let (wru, rru) = if *operation.service == hookline_aws::dynamo_http::DYNAMODB {
                     serde_json::from_slice::<Value>(body).map_or((0.0, 0.0), |body| {
                         counter.dynamodb_capacity(operation.name, &body)
                     })

@@ -139,7 +139,8 @@ impl LocalStack {
         let clients = function_clients(&sdk, counters.map(|c| &c.functions));
         let source_clients = SourceClients::new(&sdk, counters.map(|c| &c.event_sources));
         let template = Template::load(&config.template)?;
-        let resources = LocalResources::create(&template, &clients, &config.prefix).await?;
+        let kms = aws_sdk_kms::Client::new(&sdk);
+        let resources = LocalResources::create(&template, &clients, &kms, &config.prefix).await?;
         let mut vars = config.env.clone();
         let pick = |map: &HashMap<String, String>, k: &str| {
             map.get(k)

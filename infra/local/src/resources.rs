@@ -30,9 +30,12 @@ pub struct LocalResources {
 impl LocalResources {
     /// Creates every table and queue of the template (idempotent: existing
     /// ones are reused), wiring redrive policies to the created DLQs.
+    /// (KMS keys are set up with the SDK's `kms` client: the functions'
+    /// own KMS client speaks only the data-key operations.)
     pub async fn create(
         template: &Template,
         clients: &Clients,
+        kms: &aws_sdk_kms::Client,
         prefix: &str,
     ) -> Result<Self, LocalError> {
         let mut out = Self {
@@ -45,16 +48,14 @@ impl LocalResources {
         for logical in template.kms_keys() {
             // The alias makes setup idempotent (a restart reuses the key).
             let alias = format!("alias/{prefix}{logical}");
-            let exists = clients
-                .kms
+            let exists = kms
                 .describe_key()
                 .key_id(&alias)
                 .send()
                 .await
                 .is_ok();
             if !exists {
-                let key = clients
-                    .kms
+                let key = kms
                     .create_key()
                     .description(format!("{prefix}{logical} (local)"))
                     .send()
@@ -64,9 +65,7 @@ impl LocalResources {
                     .key_metadata()
                     .map(|m| m.key_id().to_owned())
                     .ok_or_else(|| LocalError::Setup("CreateKey returned no key".into()))?;
-                clients
-                    .kms
-                    .create_alias()
+                kms.create_alias()
                     .alias_name(&alias)
                     .target_key_id(key_id)
                     .send()

@@ -1,7 +1,8 @@
 //! [`AwsJson`]: an AWS service's JSON API (`application/x-amz-json-1.0`)
 //! spoken directly — SigV4 on the functions' `reqwest` client — for the
 //! requests every delivery makes: DynamoDB's ([`crate::dynamo_http`]) and
-//! SQS's sends ([`crate::sqs_http`]).
+//! SQS's sends ([`crate::sqs_http`]), and KMS's data keys of the endpoints'
+//! sealed secrets ([`crate::kms_http`]).
 //!
 //! Why: the AWS SDK's orchestrator runs, per request, a config-bag merge,
 //! endpoint rules, a dozen interceptors and its retry state machine; on a
@@ -43,8 +44,6 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A whole call, retries included.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 
-const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
-
 /// Error codes the SDK's standard retry mode treats as throttling or
 /// transient (retried, with backoff).
 const RETRIED_CODES: &[&str] = &[
@@ -79,12 +78,20 @@ pub struct Service {
     pub name: &'static str,
     /// Its signing name and endpoint prefix, e.g. `dynamodb`.
     pub signing_name: &'static str,
+    /// Its JSON protocol's content type: [`JSON_1_0`] or [`JSON_1_1`].
+    pub content_type: &'static str,
 }
+
+/// The content type of the JSON 1.0 protocol (DynamoDB, SQS).
+pub const JSON_1_0: &str = "application/x-amz-json-1.0";
+/// The content type of the JSON 1.1 protocol (KMS).
+pub const JSON_1_1: &str = "application/x-amz-json-1.1";
 
 /// One operation of a [`Service`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Operation {
-    pub service: Service,
+    /// Referenced: an error carries its operation, and stays small.
+    pub service: &'static Service,
     /// E.g. `GetItem`.
     pub name: &'static str,
     /// Its `x-amz-target` header, e.g. `DynamoDB_20120810.GetItem`.
@@ -372,7 +379,7 @@ impl AwsJson {
         headers.insert(http::header::HOST, self.host_header.clone());
         headers.insert(
             http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static(CONTENT_TYPE),
+            http::HeaderValue::from_static(self.service.content_type),
         );
         headers.insert(X_AMZ_TARGET, http::HeaderValue::from_static(target));
         let signed_value = |value: String| {
@@ -453,7 +460,7 @@ impl AwsJson {
         let mut canonical = String::with_capacity(384);
         for part in [
             "POST\n/\n\ncontent-type:",
-            CONTENT_TYPE,
+            self.service.content_type,
             "\nhost:",
             &self.host,
             "\nx-amz-date:",
@@ -644,7 +651,7 @@ mod tests {
     use crate::dynamo_http::DYNAMODB;
 
     const PUT: Operation = Operation {
-        service: DYNAMODB,
+        service: &DYNAMODB,
         name: "PutItem",
         target: "DynamoDB_20120810.PutItem",
     };
@@ -692,7 +699,7 @@ mod tests {
             .expect("params")
             .into();
         let headers = [
-            ("content-type", CONTENT_TYPE),
+            ("content-type", JSON_1_0),
             ("host", host),
             ("x-amz-target", target),
         ];

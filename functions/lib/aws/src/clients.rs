@@ -18,6 +18,7 @@ pub use aws_sdk_dynamodb::Client as DynamoDbClient;
 pub use aws_types::SdkConfig;
 
 use crate::dynamo_http::DynamoHttp;
+use crate::kms_http::KmsHttp;
 use crate::lazy::Lazy;
 use crate::sqs_http::SqsHttp;
 
@@ -33,7 +34,9 @@ pub struct Clients {
     /// SQS's JSON API spoken directly, for the message sends
     /// ([`crate::sqs_http`]).
     pub sqs_http: SqsHttp,
-    pub kms: Lazy<aws_sdk_kms::Client>,
+    /// KMS's JSON API spoken directly: the sealed secrets' data keys
+    /// ([`crate::kms_http`]).
+    pub kms: KmsHttp,
 }
 
 /// Where a function's AWS access comes from: the variables Lambda sets in
@@ -159,7 +162,10 @@ impl Clients {
         let direct = DirectClients {
             dynamodb: DynamoHttp::new(http.clone(), &aws.region, credentials.clone(), endpoint_url)
                 .expect(checked),
-            sqs: SqsHttp::new(http.clone(), &aws.region, credentials, endpoint_url).expect(checked),
+            sqs: SqsHttp::new(http.clone(), &aws.region, credentials.clone(), endpoint_url)
+                .expect(checked),
+            kms: KmsHttp::new(http.clone(), &aws.region, credentials, endpoint_url)
+                .expect(checked),
         };
         let (aws, endpoint_url) = (aws.clone(), endpoint_url.map(str::to_owned));
         let config = Lazy::new(move || sdk_config_on(&aws, endpoint_url.as_deref(), http.clone()));
@@ -180,13 +186,13 @@ impl Clients {
 
     fn on_lazy(config: Lazy<SdkConfig>, direct: DirectClients) -> Self {
         let on = |config: &Lazy<SdkConfig>| config.clone();
-        let (for_dynamodb, for_sqs, for_kms) = (on(&config), on(&config), on(&config));
+        let (for_dynamodb, for_sqs) = (on(&config), on(&config));
         Self {
             dynamodb: Lazy::new(move || aws_sdk_dynamodb::Client::new(for_dynamodb.get())),
             dynamodb_http: direct.dynamodb,
             sqs: Lazy::new(move || aws_sdk_sqs::Client::new(for_sqs.get())),
             sqs_http: direct.sqs,
-            kms: Lazy::new(move || aws_sdk_kms::Client::new(for_kms.get())),
+            kms: direct.kms,
         }
     }
 }
@@ -196,6 +202,7 @@ impl Clients {
 pub struct DirectClients {
     pub dynamodb: DynamoHttp,
     pub sqs: SqsHttp,
+    pub kms: KmsHttp,
 }
 
 impl DirectClients {
@@ -223,7 +230,14 @@ impl DirectClients {
                 endpoint_url,
             )
             .expect(parses),
-            sqs: SqsHttp::new(http, region.as_ref(), credentials, endpoint_url).expect(parses),
+            sqs: SqsHttp::new(
+                http.clone(),
+                region.as_ref(),
+                credentials.clone(),
+                endpoint_url,
+            )
+            .expect(parses),
+            kms: KmsHttp::new(http, region.as_ref(), credentials, endpoint_url).expect(parses),
         }
     }
 }
@@ -380,20 +394,20 @@ mod tests {
         })
         .unwrap();
         let clients = Clients::new(&aws, Some("http://127.0.0.1:1"));
-        let built = |c: &Clients| (c.dynamodb.is_built(), c.sqs.is_built(), c.kms.is_built());
-        assert_eq!(built(&clients), (false, false, false));
+        let built = |c: &Clients| (c.dynamodb.is_built(), c.sqs.is_built());
+        assert_eq!(built(&clients), (false, false));
         // The store and queue hold them unbuilt; the direct client needs none.
         let store = crate::DynamoStore::new(&clients, "t", std::time::Duration::from_secs(3600));
         let queue = crate::SqsQueue::new(&clients, "q", "dlq");
-        assert_eq!(built(&clients), (false, false, false));
+        assert_eq!(built(&clients), (false, false));
         // A first use builds that one, for every holder, on the shared config.
         assert_eq!(
             queue.client().config().region().map(|r| r.as_ref()),
             Some("eu-west-1")
         );
-        assert_eq!(built(&clients), (false, true, false));
+        assert_eq!(built(&clients), (false, true));
         let _ = store.client();
-        assert_eq!(built(&clients), (true, true, false));
+        assert_eq!(built(&clients), (true, true));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! [`DynamoHttp`]: DynamoDB's JSON API spoken directly ([`crate::aws_json`])
-//! for the operations every delivery makes (GetItem, PutItem, UpdateItem,
-//! Query). Everything else (transactions, batch reads, the operator's
+//! for the operations every delivery makes (GetItem, BatchGetItem, PutItem,
+//! UpdateItem, Query). Everything else (transactions, the operator's
 //! queries) stays on the SDK client.
 
 use std::collections::HashMap;
@@ -15,11 +15,12 @@ use crate::aws_json::{Operation, Service};
 pub const DYNAMODB: Service = Service {
     name: "DynamoDB",
     signing_name: "dynamodb",
+    content_type: crate::aws_json::JSON_1_0,
 };
 
 const fn operation(name: &'static str, target: &'static str) -> Operation {
     Operation {
-        service: DYNAMODB,
+        service: &DYNAMODB,
         name,
         target,
     }
@@ -29,6 +30,19 @@ const GET_ITEM: Operation = operation("GetItem", "DynamoDB_20120810.GetItem");
 const PUT_ITEM: Operation = operation("PutItem", "DynamoDB_20120810.PutItem");
 const UPDATE_ITEM: Operation = operation("UpdateItem", "DynamoDB_20120810.UpdateItem");
 const QUERY: Operation = operation("Query", "DynamoDB_20120810.Query");
+const BATCH_GET_ITEM: Operation = operation("BatchGetItem", "DynamoDB_20120810.BatchGetItem");
+
+/// Keys per BatchGetItem (DynamoDB's limit).
+pub const BATCH_GET_MAX: usize = 100;
+
+/// What one BatchGetItem read: the items found (in no particular order),
+/// and the keys DynamoDB left unprocessed (throttling, or the answer's 16 MB
+/// limit): to ask for again.
+#[derive(Debug, Clone, Default)]
+pub struct BatchGetPage {
+    pub items: Vec<Item>,
+    pub unprocessed: Vec<(String, String)>,
+}
 
 crate::aws_json::service_client!(
     /// DynamoDB's JSON API on one HTTP client. Cheap to clone.
@@ -84,6 +98,71 @@ impl DynamoHttp {
         };
         let response: Response = self.json.call(GET_ITEM, &request).await?;
         Ok(response.item)
+    }
+
+    /// The items of `table` at `keys` (`PK`, `SK`; at most
+    /// [`BATCH_GET_MAX`]), read consistently or not, each reduced to
+    /// `projection` when given (attribute names that are not reserved
+    /// words), in one BatchGetItem.
+    pub async fn batch_get_item(
+        &self,
+        table: &str,
+        keys: &[(String, String)],
+        consistent: bool,
+        projection: Option<&str>,
+    ) -> Result<BatchGetPage, AwsJsonError> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Wanted<'a> {
+            keys: Vec<TableKey<'a>>,
+            consistent_read: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            projection_expression: Option<&'a str>,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct Request<'a> {
+            request_items: HashMap<&'a str, Wanted<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct Unprocessed {
+            #[serde(rename = "Keys", default)]
+            keys: Vec<Item>,
+        }
+        #[derive(Deserialize)]
+        struct Response {
+            #[serde(rename = "Responses", default)]
+            responses: HashMap<String, Vec<Item>>,
+            #[serde(rename = "UnprocessedKeys", default)]
+            unprocessed: HashMap<String, Unprocessed>,
+        }
+        let wanted = Wanted {
+            keys: keys
+                .iter()
+                .map(|(pk, sk)| TableKey::new(pk, sk))
+                .collect(),
+            consistent_read: consistent,
+            projection_expression: projection,
+        };
+        let request = Request {
+            request_items: HashMap::from([(table, wanted)]),
+        };
+        let mut response: Response = self.json.call(BATCH_GET_ITEM, &request).await?;
+        let text = |item: &Item, name: &str| match item.get(name) {
+            Some(AttributeValue::S(value)) => Some(value.clone()),
+            _ => None,
+        };
+        Ok(BatchGetPage {
+            items: response.responses.remove(table).unwrap_or_default(),
+            unprocessed: response
+                .unprocessed
+                .remove(table)
+                .map(|u| u.keys)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|key| Some((text(key, "PK")?, text(key, "SK")?)))
+                .collect(),
+        })
     }
 
     /// Writes `put.item`; a failed condition is
@@ -340,6 +419,41 @@ mod tests {
             "HTTP/1.1 {status}\r\ncontent-type: application/x-amz-json-1.0\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         )
+    }
+
+    #[tokio::test]
+    async fn a_batch_read_names_its_keys_and_returns_what_was_left_unprocessed() {
+        let (url, server) = serve(vec![answer(
+            "200 OK",
+            r#"{"Responses":{"T":[{"PK":{"S":"a"},"SK":{"S":"1"},"n":{"N":"7"}}]},
+                "UnprocessedKeys":{"T":{"Keys":[{"PK":{"S":"b"},"SK":{"S":"2"}}],"ConsistentRead":true}}}"#,
+        )]);
+        let keys = [("a".to_owned(), "1".to_owned()), ("b".to_owned(), "2".to_owned())];
+        let page = client(&url, None)
+            .batch_get_item("T", &keys, true, Some("PK, SK, n"))
+            .await
+            .expect("answered");
+        assert_eq!(page.items.len(), 1);
+        let item: HashMap<String, AttributeValue> = page.items[0].clone().into();
+        assert_eq!(item.get("n"), Some(&AttributeValue::N("7".into())));
+        assert_eq!(page.unprocessed, [("b".to_owned(), "2".to_owned())]);
+        let requests = server.join().expect("server");
+        let request = &requests[0];
+        assert!(
+            request
+                .to_ascii_lowercase()
+                .contains("x-amz-target: dynamodb_20120810.batchgetitem"),
+            "{request}"
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(&request[request.find("\r\n\r\n").expect("a body") + 4..])
+                .expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({"RequestItems": {"T": {
+                "Keys": [{"PK": {"S": "a"}, "SK": {"S": "1"}}, {"PK": {"S": "b"}, "SK": {"S": "2"}}],
+                "ConsistentRead": true, "ProjectionExpression": "PK, SK, n"}}})
+        );
     }
 
     #[tokio::test]

@@ -47,12 +47,12 @@ where
 }
 
 /// An error of a direct client ([`crate::aws_json`]): SQS's a queue
-/// error, DynamoDB's a store error.
+/// error, DynamoDB's and KMS's (the sealed secrets' data keys) a store error.
 pub fn direct_error(err: crate::aws_json::AwsJsonError) -> PipelineError {
     let operation = err.operation();
     let (retryable, message) = (err.is_retryable(), operation.to_string());
     let source = Some(Box::new(err) as Box<dyn std::error::Error + Send + Sync>);
-    if operation.service == crate::sqs_http::SQS {
+    if *operation.service == crate::sqs_http::SQS {
         PipelineError::Queue {
             retryable,
             message,

@@ -7,8 +7,9 @@
 //! - [`transport`]: the SDK's HTTP client on `reqwest` (HTTP/1.1, rustls).
 //! - [`aws_json`]: an AWS JSON API spoken directly (SigV4, the SDK's
 //!   retries and timeouts), without the SDK orchestrator; on it
-//!   [`dynamo_http`] (the DynamoDB operations every delivery makes) and
-//!   [`sqs_http`] (the message sends).
+//!   [`dynamo_http`] (the DynamoDB operations every delivery makes),
+//!   [`sqs_http`] (the message sends and the DLQ's drain) and [`kms_http`]
+//!   (the sealed secrets' data keys).
 //! - [`schema`]: the single-table design — keys, GSIs, item shapes (via
 //!   serde_dynamo) and stream-image decoding.
 //! - [`store`]: [`DynamoStore`], the [`Store`](hookline_pipeline::ports::Store) port.
@@ -25,6 +26,7 @@ pub mod aws_json;
 pub mod clients;
 pub mod dynamo_http;
 pub mod error;
+pub mod kms_http;
 pub mod lazy;
 pub mod outbox;
 pub mod queue;

@@ -21,14 +21,13 @@ use std::time::{Duration, Instant};
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
-use aws_sdk_kms::primitives::Blob;
-use aws_sdk_kms::types::DataKeySpec;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hookline_pipeline::PipelineError;
 use rand::RngCore;
 
-use crate::error::store_error;
+use crate::error::direct_error;
+use crate::kms_http::KmsHttp;
 
 /// How long one data key seals new secrets before a fresh one is asked for.
 pub const DATA_KEY_LIFETIME: Duration = Duration::from_secs(15 * 60);
@@ -45,8 +44,8 @@ struct DataKey {
 
 /// Seals and opens endpoint secrets. Cheap to share (`Arc`).
 pub struct SecretSealer {
-    /// Built on first use.
-    kms: crate::lazy::Lazy<aws_sdk_kms::Client>,
+    /// KMS on the functions' HTTP client ([`crate::kms_http`]).
+    kms: KmsHttp,
     key_id: String,
     /// The data key new secrets are sealed with, and when it was made.
     current: Mutex<Option<(Instant, DataKey)>>,
@@ -67,9 +66,10 @@ fn corrupt(reason: impl std::fmt::Display) -> PipelineError {
 }
 
 /// A 256-bit data key from a KMS answer.
-fn key_bytes(blob: Option<&Blob>) -> Result<[u8; 32], PipelineError> {
-    blob.and_then(|b| b.as_ref().try_into().ok())
-        .ok_or_else(|| corrupt("KMS returned no 256-bit data key"))
+fn key_bytes(plaintext: &[u8]) -> Result<[u8; 32], PipelineError> {
+    plaintext
+        .try_into()
+        .map_err(|_| corrupt("KMS returned no 256-bit data key"))
 }
 
 /// Whether `text` is a sealed secret (rather than a legacy plaintext one).
@@ -78,12 +78,9 @@ pub fn is_sealed(text: &str) -> bool {
 }
 
 impl SecretSealer {
-    pub fn new(
-        kms: impl Into<crate::lazy::Lazy<aws_sdk_kms::Client>>,
-        key_id: impl Into<String>,
-    ) -> Self {
+    pub fn new(kms: KmsHttp, key_id: impl Into<String>) -> Self {
         Self {
-            kms: kms.into(),
+            kms,
             key_id: key_id.into(),
             current: Mutex::new(None),
             opened: Mutex::new(HashMap::new()),
@@ -98,22 +95,15 @@ impl SecretSealer {
         }
         let out = self
             .kms
-            .get()
-            .generate_data_key()
-            .key_id(&self.key_id)
-            .key_spec(DataKeySpec::Aes256)
-            .encryption_context(CONTEXT_KEY, CONTEXT_VALUE)
-            .send()
+            .generate_data_key(&self.key_id, (CONTEXT_KEY, CONTEXT_VALUE))
             .await
-            .map_err(|e| store_error("KMS GenerateDataKey", e))?;
-        let plaintext = key_bytes(out.plaintext())?;
-        let encrypted = out
-            .ciphertext_blob()
-            .map(|b| b.as_ref().to_vec())
-            .ok_or_else(|| corrupt("KMS returned no encrypted data key"))?;
+            .map_err(direct_error)?;
+        if out.encrypted.is_empty() {
+            return Err(corrupt("KMS returned no encrypted data key"));
+        }
         let key = DataKey {
-            plaintext,
-            encrypted,
+            plaintext: key_bytes(&out.plaintext)?,
+            encrypted: out.encrypted,
         };
         lock(&self.opened).insert(key.encrypted.clone(), key.plaintext);
         *lock(&self.current) = Some((Instant::now(), key.clone()));
@@ -126,15 +116,10 @@ impl SecretSealer {
         }
         let out = self
             .kms
-            .get()
-            .decrypt()
-            .ciphertext_blob(Blob::new(encrypted))
-            .key_id(&self.key_id)
-            .encryption_context(CONTEXT_KEY, CONTEXT_VALUE)
-            .send()
+            .decrypt(&self.key_id, encrypted, (CONTEXT_KEY, CONTEXT_VALUE))
             .await
-            .map_err(|e| store_error("KMS Decrypt", e))?;
-        let plaintext = key_bytes(out.plaintext())?;
+            .map_err(direct_error)?;
+        let plaintext = key_bytes(&out)?;
         lock(&self.opened).insert(encrypted.to_vec(), plaintext);
         Ok(plaintext)
     }
@@ -214,8 +199,8 @@ impl SecretSealer {
         String::from_utf8(plain).map_err(|_| corrupt("not UTF-8"))
     }
 
-    /// KMS requests made so far would be counted by the SDK; this tells how
-    /// many data keys this process holds open (tests, diagnostics).
+    /// How many data keys this process holds open (tests, diagnostics;
+    /// the KMS requests themselves are seen by the client's observer).
     pub fn open_data_keys(&self) -> usize {
         lock(&self.opened).len()
     }

@@ -16,28 +16,29 @@ use crate::aws_json::{Operation, Service};
 pub const SQS: Service = Service {
     name: "SQS",
     signing_name: "sqs",
+    content_type: crate::aws_json::JSON_1_0,
 };
 
 const SEND_MESSAGE_BATCH: Operation = Operation {
-    service: SQS,
+    service: &SQS,
     name: "SendMessageBatch",
     target: "AmazonSQS.SendMessageBatch",
 };
 
 const RECEIVE_MESSAGE: Operation = Operation {
-    service: SQS,
+    service: &SQS,
     name: "ReceiveMessage",
     target: "AmazonSQS.ReceiveMessage",
 };
 
 const DELETE_MESSAGE_BATCH: Operation = Operation {
-    service: SQS,
+    service: &SQS,
     name: "DeleteMessageBatch",
     target: "AmazonSQS.DeleteMessageBatch",
 };
 
 const CHANGE_MESSAGE_VISIBILITY_BATCH: Operation = Operation {
-    service: SQS,
+    service: &SQS,
     name: "ChangeMessageVisibilityBatch",
     target: "AmazonSQS.ChangeMessageVisibilityBatch",
 };

@@ -107,6 +107,17 @@ const MIXED_VERSIONS: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
 /// Whether a delivery created when `id` says may have an item of the
 /// earlier shape, this version having taken over the table at `since`.
+/// The (`PK`, `SK`) of a key read from an index entry.
+fn table_key(key: &HashMap<String, AttributeValue>) -> Result<(String, String)> {
+    let text = |name: &str| match key.get(name) {
+        Some(AttributeValue::S(value)) => Ok(value.clone()),
+        _ => Err(PipelineError::Corrupt(format!(
+            "an index entry's key has no string {name}"
+        ))),
+    };
+    Ok((text(PK)?, text("SK")?))
+}
+
 fn legacy_possible_at(id: &DeliveryId, since: DateTime<Utc>) -> bool {
     id.created_at() < since + MIXED_VERSIONS
 }
@@ -745,11 +756,8 @@ impl DynamoStore {
                     .collect())
             }
             (keys, read) => {
-                let keys = keys
-                    .iter()
-                    .map(|(pk, sk)| Self::key(pk.clone(), sk))
-                    .collect();
-                self.batch_get(keys, read == Read::Consistent, None).await
+                self.batch_get(keys.to_vec(), read == Read::Consistent, None)
+                    .await
             }
         }
     }
@@ -921,48 +929,31 @@ impl DynamoStore {
     /// only these attributes.
     async fn batch_get(
         &self,
-        keys: Vec<HashMap<String, AttributeValue>>,
+        keys: Vec<(String, String)>,
         consistent: bool,
         projection: Option<&str>,
     ) -> Result<Vec<Item>> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(100) {
-            let mut pending = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(chunk.to_vec()))
-                    .consistent_read(consistent)
-                    .set_projection_expression(projection.map(str::to_owned))
-                    .build()
-                    .map_err(|e| corrupt("BatchGetItem keys", e))?,
-            );
+        for chunk in keys.chunks(crate::dynamo_http::BATCH_GET_MAX) {
+            let mut pending = chunk.to_vec();
             // Unprocessed keys (throttling) are asked again, a few times.
             for round in 0..4u32 {
-                let Some(request) = pending.take() else { break };
+                if pending.is_empty() {
+                    break;
+                }
                 if round > 0 {
                     tokio::time::sleep(Duration::from_millis(20 << round)).await;
                 }
                 let _g = self.guard().await;
                 let page = self
-                    .client()
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
+                    .http
+                    .batch_get_item(&self.table, &pending, consistent, projection)
                     .await
-                    .map_err(|e| store_error("BatchGetItem", e))?;
-                out.extend(
-                    page.responses
-                        .and_then(|mut r| r.remove(&self.table))
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(Item::from),
-                );
-                pending = page
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .filter(|k| !k.keys.is_empty());
+                    .map_err(direct_error)?;
+                out.extend(page.items);
+                pending = page.unprocessed;
             }
-            if pending.is_some() {
+            if !pending.is_empty() {
                 return Err(PipelineError::store(
                     "BatchGetItem left keys unprocessed (throttled); retry",
                     true,
@@ -1150,10 +1141,7 @@ impl DynamoStore {
     ) -> Result<HashMap<DeliveryId, AppId>> {
         let keys = ids
             .iter()
-            .map(|id| {
-                let (pk, sk) = legacy_delivery_key(id);
-                Self::key(pk, &sk)
-            })
+            .map(legacy_delivery_key)
             .collect();
         let items = self.batch_get(keys, false, Some("id, app_id")).await?;
         let mut apps = HashMap::new();
@@ -1799,10 +1787,7 @@ impl Store for DynamoStore {
     async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
         let keys = ids
             .iter()
-            .map(|id| {
-                let (pk, sk) = event_key(id);
-                Self::key(pk, &sk)
-            })
+            .map(event_key)
             .collect();
         let mut events = self
             .batch_get(keys, true, None)
@@ -1817,10 +1802,7 @@ impl Store for DynamoStore {
             let legacy: Vec<_> = ids
                 .iter()
                 .filter(|id| !found.contains(id))
-                .map(|id| {
-                    let (pk, sk) = legacy_event_key(id);
-                    Self::key(pk, &sk)
-                })
+                .map(legacy_event_key)
                 .collect();
             for item in self.batch_get(legacy, true, None).await? {
                 events.push(schema::event_from_item(item)?);
@@ -2164,7 +2146,9 @@ impl Store for DynamoStore {
             if let Some((last, _)) = entries.last() {
                 next.marks[shard].clone_from(last);
             }
-            keys.extend(entries.into_iter().map(|(_, key)| key));
+            for (_, key) in entries {
+                keys.push(table_key(&key)?);
+            }
         }
         // Eventually consistent: these events were written long ago.
         let mut items = self.batch_get(keys, false, None).await?;
@@ -2242,17 +2226,17 @@ impl Store for DynamoStore {
             groups.entry(pk).or_default().push(&d.id);
             if legacy_possible_at(&d.id, since) {
                 let (legacy_pk, legacy_sk) = legacy_delivery_key(&d.id);
-                keys.push(Self::key(legacy_pk, &legacy_sk));
+                keys.push((legacy_pk, legacy_sk));
             }
         }
         let mut found = Vec::new();
         for (pk, ids) in groups {
             if ids.len() < RANGE_READ_MIN {
-                keys.extend(ids.iter().map(|id| Self::key(pk.clone(), id.as_str())));
+                keys.extend(ids.iter().map(|id| (pk.clone(), id.to_string())));
                 continue;
             }
             let unread = self.delivery_items_in_range(&pk, &ids, &mut found).await?;
-            keys.extend(unread.iter().map(|id| Self::key(pk.clone(), id.as_str())));
+            keys.extend(unread.iter().map(|id| (pk.clone(), id.to_string())));
         }
         let items = if keys.is_empty() {
             Vec::new()
@@ -2366,19 +2350,16 @@ impl Store for DynamoStore {
             if let Some((last, _, _, _)) = entries.last() {
                 mark.clone_from(last);
             }
-            wanted.extend(
-                entries
-                    .into_iter()
-                    .filter(|(_, entry_app, id, _)| {
-                        // An id carries its creation time to the
-                        // millisecond: compared at that precision here, the
-                        // event's own time decides below.
-                        entry_app.as_deref().is_none_or(|a| a == app.as_str())
-                            && id.created_at() >= since_ms
-                            && id.created_at() < until
-                    })
-                    .map(|(_, _, _, key)| key),
-            );
+            for (_, _, _, key) in entries.into_iter().filter(|(_, entry_app, id, _)| {
+                // An id carries its creation time to the millisecond:
+                // compared at that precision here, the event's own time
+                // decides below.
+                entry_app.as_deref().is_none_or(|a| a == app.as_str())
+                    && id.created_at() >= since_ms
+                    && id.created_at() < until
+            }) {
+                wanted.push(table_key(&key)?);
+            }
         }
         let mut items = self.batch_get(wanted, false, None).await?;
         for (mark, (found, next_mark)) in day_marks.iter_mut().zip(by_day) {
