@@ -477,3 +477,87 @@ async fn raw(stack: &Stack, pk: &str, sk: &str) -> Option<HashMap<String, Attrib
         .expect("GetItem on moto")
         .item
 }
+
+/// A process's first read of a delivery carries the table's shape marker
+/// in the same request (one BatchGetItem: on a cold start one connection,
+/// not a second one for the marker alongside); later reads make no request
+/// for it. The marker still decides: a delivery created before this
+/// version took over is looked for, and found, at its earlier key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_process_reads_the_shape_marker_with_its_first_delivery_read() {
+    let stack = Stack::start(&[]).await;
+    let now = chrono::Utc::now();
+    stack
+        .store
+        .set_deliveries_by_app_since(now - chrono::TimeDelta::hours(2))
+        .await
+        .expect("the shape marker");
+    let a = Receiver::healthy().await;
+    let (endpoint, _) = stack.subscribe("shop", &a).await;
+    let endpoint = hookline_core::ids::EndpointId::parse(&endpoint).expect("an endpoint id");
+    // A delivery of the earlier shape, from before the takeover.
+    let (old, _) = plan_event(
+        AppId::parse("shop").expect("an app id"),
+        EventType::parse("order.paid").expect("a type"),
+        &RawValue::from_string(r#"{"n":1}"#.into()).expect("JSON"),
+        &[],
+        now - chrono::TimeDelta::hours(3),
+        &mut StdRng::from_entropy(),
+    );
+    let delivery = hookline_core::model::Delivery::new(
+        DeliveryId::for_event_endpoint(&old.event.id, &endpoint),
+        &old.event,
+        endpoint,
+        now - chrono::TimeDelta::hours(3),
+    );
+    put_legacy_delivery(&stack, &delivery).await;
+
+    // A new process: its own store, its direct requests logged.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = log.clone();
+    let mut clients = stack.clients.clone();
+    clients.dynamodb_http = clients
+        .dynamodb_http
+        .clone()
+        .observed_by(std::sync::Arc::new(move |op, body| {
+            let marker = String::from_utf8_lossy(body).contains(schema::DELIVERY_SHAPE_PK);
+            seen.lock().expect("log").push(format!(
+                "{}{}",
+                op.name,
+                if marker { "+SHAPE" } else { "" }
+            ));
+        }));
+    let store = hookline_aws::DynamoStore::new(
+        &clients,
+        stack.settings.table.clone(),
+        stack.settings.retention,
+    );
+    let app = AppId::parse("shop").expect("an app id");
+    let found = store
+        .get_delivery(&app, &delivery.id)
+        .await
+        .expect("read")
+        .expect("found at its earlier key");
+    assert_eq!(found.id, delivery.id);
+    let ops = std::mem::take(&mut *log.lock().expect("log"));
+    assert_eq!(
+        ops.first().map(String::as_str),
+        Some("BatchGetItem+SHAPE"),
+        "{ops:?}"
+    );
+    assert_eq!(
+        ops.iter().filter(|op| op.contains("SHAPE")).count(),
+        1,
+        "{ops:?}"
+    );
+    // Moved: read again, by key, without the marker.
+    let again = store
+        .get_delivery(&app, &delivery.id)
+        .await
+        .expect("read")
+        .expect("found at its new key");
+    assert_eq!(again.id, delivery.id);
+    let ops = std::mem::take(&mut *log.lock().expect("log"));
+    assert!(!ops.iter().any(|op| op.contains("SHAPE")), "{ops:?}");
+    assert_eq!(ops.len(), 1, "one read: {ops:?}");
+}

@@ -194,7 +194,9 @@ mod tests {
         acked(&deliverer, event).await;
         assert_eq!(
             received(&deliverer),
-            [r#"{"type":"order.paid","timestamp":"2026-12-02T13:20:00.000Z","data":{"order_id":"ord_1042","amount":10.50}}"#]
+            [
+                r#"{"type":"order.paid","timestamp":"2026-12-02T13:20:00.000Z","data":{"order_id":"ord_1042","amount":10.50}}"#
+            ]
         );
         assert_eq!(deliverer.store.item_reads(), (0, 1), "one eventual read");
         let written: Vec<_> = deliverer

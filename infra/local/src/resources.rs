@@ -48,12 +48,7 @@ impl LocalResources {
         for logical in template.kms_keys() {
             // The alias makes setup idempotent (a restart reuses the key).
             let alias = format!("alias/{prefix}{logical}");
-            let exists = kms
-                .describe_key()
-                .key_id(&alias)
-                .send()
-                .await
-                .is_ok();
+            let exists = kms.describe_key().key_id(&alias).send().await.is_ok();
             if !exists {
                 let key = kms
                     .create_key()

@@ -164,8 +164,7 @@ impl Clients {
                 .expect(checked),
             sqs: SqsHttp::new(http.clone(), &aws.region, credentials.clone(), endpoint_url)
                 .expect(checked),
-            kms: KmsHttp::new(http.clone(), &aws.region, credentials, endpoint_url)
-                .expect(checked),
+            kms: KmsHttp::new(http.clone(), &aws.region, credentials, endpoint_url).expect(checked),
         };
         let (aws, endpoint_url) = (aws.clone(), endpoint_url.map(str::to_owned));
         let config = Lazy::new(move || sdk_config_on(&aws, endpoint_url.as_deref(), http.clone()));

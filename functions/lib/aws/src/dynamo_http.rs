@@ -137,10 +137,7 @@ impl DynamoHttp {
             unprocessed: HashMap<String, Unprocessed>,
         }
         let wanted = Wanted {
-            keys: keys
-                .iter()
-                .map(|(pk, sk)| TableKey::new(pk, sk))
-                .collect(),
+            keys: keys.iter().map(|(pk, sk)| TableKey::new(pk, sk)).collect(),
             consistent_read: consistent,
             projection_expression: projection,
         };
@@ -428,7 +425,10 @@ mod tests {
             r#"{"Responses":{"T":[{"PK":{"S":"a"},"SK":{"S":"1"},"n":{"N":"7"}}]},
                 "UnprocessedKeys":{"T":{"Keys":[{"PK":{"S":"b"},"SK":{"S":"2"}}],"ConsistentRead":true}}}"#,
         )]);
-        let keys = [("a".to_owned(), "1".to_owned()), ("b".to_owned(), "2".to_owned())];
+        let keys = [
+            ("a".to_owned(), "1".to_owned()),
+            ("b".to_owned(), "2".to_owned()),
+        ];
         let page = client(&url, None)
             .batch_get_item("T", &keys, true, Some("PK, SK, n"))
             .await

@@ -66,7 +66,9 @@ mod blob {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        STANDARD.decode(text.as_bytes()).map_err(serde::de::Error::custom)
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
     }
 }
 

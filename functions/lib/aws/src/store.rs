@@ -661,13 +661,10 @@ impl DynamoStore {
         }
         let mut round = 0;
         let event = loop {
-            // Boxed: SDK futures are large, and a deep handler's state
-            // machine must not overflow a thread's stack.
-            let (items, legacy_possible) = futures::future::try_join(
-                Box::pin(self.get_items(&keys, read)),
-                Box::pin(self.legacy_delivery_possible(id)),
-            )
-            .await?;
+            // Boxed: a deep handler's state machine must not overflow a
+            // thread's stack.
+            let (items, legacy_possible) =
+                Box::pin(self.items_and_legacy_possible(&keys, read, id)).await?;
             let (mut current, mut event) = (None, None);
             for item in items {
                 match item.get(PK) {
@@ -870,12 +867,38 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// Whether `id` may have an item of the earlier shape.
-    async fn legacy_delivery_possible(&self, id: &DeliveryId) -> Result<bool> {
-        Ok(legacy_possible_at(
-            id,
-            self.deliveries_by_app_since().await?,
-        ))
+    /// The items at `keys`, and whether `id` may have an item of the
+    /// earlier shape. The first time a process asks, the table's shape
+    /// marker is read in the same request (consistently, as all of it):
+    /// one round trip on one connection, where reading it alongside would
+    /// open a second connection on every cold start.
+    async fn items_and_legacy_possible(
+        &self,
+        keys: &[(String, String)],
+        read: Read,
+        id: &DeliveryId,
+    ) -> Result<(Vec<Item>, bool)> {
+        if let Some(since) = self.by_app_since.get() {
+            let items = self.get_items(keys, read).await?;
+            return Ok((items, legacy_possible_at(id, *since)));
+        }
+        let mut with_marker = keys.to_vec();
+        with_marker.push((DELIVERY_SHAPE_PK.to_owned(), DELIVERY_SHAPE_SK.to_owned()));
+        let mut items = self.get_items(&with_marker, Read::Consistent).await?;
+        let is_marker = |item: &Item| matches!(item.get(PK), Some(serde_dynamo::AttributeValue::S(pk)) if pk == DELIVERY_SHAPE_PK);
+        let since = match items.iter().position(is_marker) {
+            Some(at) => {
+                let since = schema::delivery_shape_from_item(items.swap_remove(at))?;
+                // Another read of this process may have set it meanwhile:
+                // the same marker.
+                let _ = self.by_app_since.set(since);
+                since
+            }
+            // A table no process of this version has used yet: the marker
+            // is written (or, in a race, read) once.
+            None => self.deliveries_by_app_since().await?,
+        };
+        Ok((items, legacy_possible_at(id, since)))
     }
 
     /// Moves a delivery item of the earlier shape (`DLV#{id}`) to its app's
@@ -1139,10 +1162,7 @@ impl DynamoStore {
         &self,
         ids: &[DeliveryId],
     ) -> Result<HashMap<DeliveryId, AppId>> {
-        let keys = ids
-            .iter()
-            .map(legacy_delivery_key)
-            .collect();
+        let keys = ids.iter().map(legacy_delivery_key).collect();
         let items = self.batch_get(keys, false, Some("id, app_id")).await?;
         let mut apps = HashMap::new();
         for item in items {
@@ -1785,10 +1805,7 @@ impl Store for DynamoStore {
     }
 
     async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
-        let keys = ids
-            .iter()
-            .map(event_key)
-            .collect();
+        let keys = ids.iter().map(event_key).collect();
         let mut events = self
             .batch_get(keys, true, None)
             .await?
