@@ -6,6 +6,7 @@
 //! next to events of the new shape (in their creation day's partitions).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -512,26 +513,7 @@ async fn a_fresh_process_reads_the_shape_marker_with_its_first_delivery_read() {
     );
     put_legacy_delivery(&stack, &delivery).await;
 
-    // A new process: its own store, its direct requests logged.
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let seen = log.clone();
-    let mut clients = stack.clients.clone();
-    clients.dynamodb_http = clients
-        .dynamodb_http
-        .clone()
-        .observed_by(std::sync::Arc::new(move |op, body| {
-            let marker = String::from_utf8_lossy(body).contains(schema::DELIVERY_SHAPE_PK);
-            seen.lock().expect("log").push(format!(
-                "{}{}",
-                op.name,
-                if marker { "+SHAPE" } else { "" }
-            ));
-        }));
-    let store = hookline_aws::DynamoStore::new(
-        &clients,
-        stack.settings.table.clone(),
-        stack.settings.retention,
-    );
+    let (store, log) = new_process(&stack);
     let app = AppId::parse("shop").expect("an app id");
     let found = store
         .get_delivery(&app, &delivery.id)
@@ -560,4 +542,86 @@ async fn a_fresh_process_reads_the_shape_marker_with_its_first_delivery_read() {
     let ops = std::mem::take(&mut *log.lock().expect("log"));
     assert!(!ops.iter().any(|op| op.contains("SHAPE")), "{ops:?}");
     assert_eq!(ops.len(), 1, "one read: {ops:?}");
+}
+
+/// The store of a new process, its direct DynamoDB requests logged by name
+/// (`+SHAPE` when one carries the table's shape marker).
+fn new_process(stack: &Stack) -> (hookline_aws::DynamoStore, Arc<Mutex<Vec<String>>>) {
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = log.clone();
+    let mut clients = stack.clients.clone();
+    clients.dynamodb_http = clients
+        .dynamodb_http
+        .clone()
+        .observed_by(Arc::new(move |op, body| {
+            let marker = String::from_utf8_lossy(body).contains(schema::DELIVERY_SHAPE_PK);
+            seen.lock().expect("log").push(format!(
+                "{}{}",
+                op.name,
+                if marker { "+SHAPE" } else { "" }
+            ));
+        }));
+    let sealer = Arc::new(hookline_aws::sealing::SecretSealer::new(
+        clients.kms.clone(),
+        stack
+            .settings
+            .kms_key_id
+            .clone()
+            .expect("the stack has a KMS key"),
+    ));
+    let store = hookline_aws::DynamoStore::new(
+        &clients,
+        stack.settings.table.clone(),
+        stack.settings.retention,
+    )
+    .sealed_with(sealer);
+    (store, log)
+}
+
+/// A listed delivery's first attempt in a fresh process reads its item
+/// (none yet), its endpoint (secret opened) and the table's shape marker
+/// in one request; an endpoint that read does not find is asked again
+/// consistently before it counts as deleted (the batch read is eventually
+/// consistent, and an endpoint created a moment ago may already have
+/// events on their way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_attempt_reads_its_item_and_endpoint_in_one_request() {
+    let stack = Stack::start(&[]).await;
+    // A table in steady state: this version took over long ago.
+    stack
+        .store
+        .set_deliveries_by_app_since(chrono::Utc::now() - chrono::TimeDelta::days(2))
+        .await
+        .expect("the shape marker");
+    let a = Receiver::healthy().await;
+    let (endpoint, secret) = stack.subscribe("shop", &a).await;
+    let endpoint = hookline_core::ids::EndpointId::parse(&endpoint).expect("an endpoint id");
+    let new = plan(&stack, 1).await;
+    let delivery = first_listed(&new);
+    let (store, log) = new_process(&stack);
+    let app = AppId::parse("shop").expect("an app id");
+    let (item, found) = store
+        .peek_delivery_item_and_endpoint(&app, &delivery.id, &endpoint)
+        .await
+        .expect("read");
+    assert!(item.is_none(), "never attempted: no item");
+    let found = found.expect("the endpoint");
+    assert_eq!(found.id, endpoint);
+    assert_eq!(found.secret.expose(), secret, "its secret opened");
+    let ops = std::mem::take(&mut *log.lock().expect("log"));
+    assert_eq!(ops, ["BatchGetItem+SHAPE"]);
+
+    let gone = hookline_core::ids::EndpointId::parse("ep_01m8vgw5r0fdnvqj6sdwzakm9z")
+        .expect("an endpoint id");
+    let (_, missing) = store
+        .peek_delivery_item_and_endpoint(&app, &delivery.id, &gone)
+        .await
+        .expect("read");
+    assert!(missing.is_none());
+    let ops = std::mem::take(&mut *log.lock().expect("log"));
+    assert_eq!(
+        ops,
+        ["BatchGetItem", "GetItem"],
+        "asked again, consistently"
+    );
 }

@@ -320,8 +320,8 @@ impl AwsStub {
     }
 
     /// A frozen stateful stub ([`Self::freeze`]) whose table holds the
-    /// endpoint the `events/` fixtures name (`demo`'s
-    /// [`FIXTURE_ENDPOINT`], all event types, its URL `receiver_url`), put
+    /// table's shape marker and the endpoint the `events/` fixtures name
+    /// (`demo`'s [`FIXTURE_ENDPOINT`], all event types, its URL `receiver_url`), put
     /// by the functions' own store code, its secret sealed by their KMS
     /// path (the stub's data key): a deployed table in steady state. Ingest's
     /// fixture event fans out to it; deliver's first attempt opens its
@@ -355,6 +355,10 @@ impl AwsStub {
             .put_endpoint(&endpoint)
             .await
             .map_err(|e| format!("seeding the stub's endpoint: {e}"))?;
+        // The table's shape marker as an item too (a batch read finds it).
+        if let Some(state) = &stub.state {
+            hookline_core::sync::lock(state).put(&shape_marker()["Item"]);
+        }
         stub.freeze();
         Ok((stub, url))
     }

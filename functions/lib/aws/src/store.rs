@@ -652,6 +652,19 @@ impl DynamoStore {
         listed: bool,
         read: Read,
     ) -> Result<Option<Delivery>> {
+        self.read_delivery_along(app, id, listed, read, None).await
+    }
+
+    /// [`Self::read_delivery`], with the item at `along`'s key read in the
+    /// same first request (put in `along`'s slot: found or not).
+    async fn read_delivery_along(
+        &self,
+        app: &AppId,
+        id: &DeliveryId,
+        listed: bool,
+        read: Read,
+        mut along: Option<(&(String, String), &mut Option<Item>)>,
+    ) -> Result<Option<Delivery>> {
         // Its item and (for a listed delivery, which has no item before its
         // first attempt) the event that lists it: one request. On a cold
         // start, when this version took over the table, alongside.
@@ -659,21 +672,35 @@ impl DynamoStore {
         if let Some((event_id, _)) = id.fanout_origin().filter(|_| listed) {
             keys.push(event_key(&event_id));
         }
+        let base_keys = keys.len();
+        if let Some((key, _)) = &along {
+            keys.push((*key).clone());
+        }
         let mut round = 0;
         let event = loop {
             // Boxed: a deep handler's state machine must not overflow a
             // thread's stack.
             let (items, legacy_possible) =
                 Box::pin(self.items_and_legacy_possible(&keys, read, id)).await?;
+            keys.truncate(base_keys);
             let (mut current, mut event) = (None, None);
             for item in items {
-                match item.get(PK) {
-                    Some(serde_dynamo::AttributeValue::S(pk)) if pk.starts_with("DLA#") => {
-                        current = Some(item)
+                let text = |name: &str| match item.get(name) {
+                    Some(serde_dynamo::AttributeValue::S(v)) => Some(v.as_str()),
+                    _ => None,
+                };
+                if let Some((key, slot)) = along.as_mut() {
+                    if text(PK) == Some(key.0.as_str()) && text("SK") == Some(key.1.as_str()) {
+                        **slot = Some(item);
+                        continue;
                     }
+                }
+                match text(PK) {
+                    Some(pk) if pk.starts_with("DLA#") => current = Some(item),
                     _ => event = Some(item),
                 }
             }
+            along = None;
             if let Some(item) = current {
                 return schema::delivery_from_item(item).map(Some);
             }
@@ -1932,6 +1959,27 @@ impl Store for DynamoStore {
 
     async fn peek_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
         self.read_delivery(app, id, false, Read::Eventual).await
+    }
+
+    async fn peek_delivery_item_and_endpoint(
+        &self,
+        app: &AppId,
+        id: &DeliveryId,
+        endpoint: &EndpointId,
+    ) -> Result<(Option<Delivery>, Option<Endpoint>)> {
+        let key = (app_pk(app), endpoint_sk(endpoint));
+        let mut found = None;
+        let delivery = self
+            .read_delivery_along(app, id, false, Read::Eventual, Some((&key, &mut found)))
+            .await?;
+        let endpoint = match found {
+            Some(item) => Some(self.endpoint_from_sdk(into_sdk(item)).await?),
+            // Not there, or created within the last second (its event can
+            // be on its way already): a deleted endpoint fails the
+            // delivery, so that is asked consistently.
+            None => self.get_endpoint(app, endpoint).await?,
+        };
+        Ok((delivery, endpoint))
     }
 
     async fn update_delivery(&self, d: &Delivery, expected_version: u64) -> Result<bool> {

@@ -248,6 +248,19 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         // read sees it; one it misses costs a second POST, never a wrong
         // record, as the outcome's write is conditional).
         let found = match (message.listed_delivery(), message.version) {
+            // With its endpoint, in the same read, unless it is cached.
+            (Some(listed), _) if self.cached_endpoint(&message.endpoint_id).is_none() => {
+                let (item, endpoint) = self
+                    .store
+                    .peek_delivery_item_and_endpoint(
+                        &message.app_id,
+                        &message.delivery_id,
+                        &message.endpoint_id,
+                    )
+                    .await?;
+                self.remember_endpoint(&message.endpoint_id, endpoint);
+                item.or(Some(listed))
+            }
             (Some(listed), _) => self
                 .store
                 .peek_delivery_item(&message.app_id, &message.delivery_id)
@@ -611,16 +624,27 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         app: &AppId,
         id: &EndpointId,
     ) -> Result<Option<Endpoint>, PipelineError> {
-        let ttl = self.settings.endpoint_cache_ttl;
-        if let Some((at, cached)) = self.lock_cache().get(id) {
-            if at.elapsed() < ttl {
-                return Ok(cached.clone());
-            }
+        if let Some(cached) = self.cached_endpoint(id) {
+            return Ok(cached);
         }
         let fresh = self.store.get_endpoint(app, id).await?;
-        self.lock_cache()
-            .insert(id.clone(), (Instant::now(), fresh.clone()));
+        self.remember_endpoint(id, fresh.clone());
         Ok(fresh)
+    }
+
+    /// The endpoint `id` as read less than the cache's time to live ago
+    /// (`Some(None)`: it did not exist then); `None` when not cached.
+    fn cached_endpoint(&self, id: &EndpointId) -> Option<Option<Endpoint>> {
+        let ttl = self.settings.endpoint_cache_ttl;
+        self.lock_cache()
+            .get(id)
+            .filter(|(at, _)| at.elapsed() < ttl)
+            .map(|(_, cached)| cached.clone())
+    }
+
+    fn remember_endpoint(&self, id: &EndpointId, endpoint: Option<Endpoint>) {
+        self.lock_cache()
+            .insert(id.clone(), (Instant::now(), endpoint));
     }
 
     fn forget_endpoint(&self, id: &EndpointId) {

@@ -366,6 +366,22 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Option<Delivery>>> + Send {
         self.get_delivery_item(app, id)
     }
+    /// [`Store::peek_delivery_item`] and the delivery's endpoint, in one
+    /// request where the store can. The endpoint may be read eventually
+    /// consistently too (deliver caches endpoints longer than that), but an
+    /// endpoint not found must be asked again consistently: one created a
+    /// moment ago may already have events on their way.
+    fn peek_delivery_item_and_endpoint(
+        &self,
+        app: &AppId,
+        id: &DeliveryId,
+        endpoint: &EndpointId,
+    ) -> impl Future<Output = Result<(Option<Delivery>, Option<Endpoint>)>> + Send {
+        async move {
+            let item = self.peek_delivery_item(app, id).await?;
+            Ok((item, self.get_endpoint(app, endpoint).await?))
+        }
+    }
     /// Writes the delivery's new state if it is still at `expected_version`
     /// (version 0: also if it has no item yet, a listed delivery's first write)
     /// (versions never repeat, see [`Delivery::version`]). `Ok(false)` when it
