@@ -576,21 +576,7 @@ fn new_container(
     hookline_aws::DynamoStore,
     std::sync::Arc<hookline_aws::sealing::SecretSealer>,
 ) {
-    let sealer = std::sync::Arc::new(hookline_aws::sealing::SecretSealer::new(
-        stack.clients.kms.clone(),
-        stack
-            .settings
-            .kms_key_id
-            .clone()
-            .expect("the stack has a KMS key"),
-    ));
-    let store = hookline_aws::DynamoStore::new(
-        &stack.clients,
-        stack.settings.table.clone(),
-        stack.settings.retention,
-    )
-    .sealed_with(sealer.clone());
-    (store, sealer)
+    stack.container_store(&stack.clients)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -561,21 +561,7 @@ fn new_process(stack: &Stack) -> (hookline_aws::DynamoStore, Arc<Mutex<Vec<Strin
                 if marker { "+SHAPE" } else { "" }
             ));
         }));
-    let sealer = Arc::new(hookline_aws::sealing::SecretSealer::new(
-        clients.kms.clone(),
-        stack
-            .settings
-            .kms_key_id
-            .clone()
-            .expect("the stack has a KMS key"),
-    ));
-    let store = hookline_aws::DynamoStore::new(
-        &clients,
-        stack.settings.table.clone(),
-        stack.settings.retention,
-    )
-    .sealed_with(sealer);
-    (store, log)
+    (stack.container_store(&clients).0, log)
 }
 
 /// A listed delivery's first attempt in a fresh process reads its item

@@ -50,6 +50,31 @@ pub fn test_env(overrides: &[(&str, &str)]) -> HashMap<String, String> {
 }
 
 impl Stack {
+    /// The store of a new Lambda container on `clients` (the stack's, or
+    /// ones observed by a test): its own sealer, with its own data keys.
+    pub fn container_store(
+        &self,
+        clients: &hookline_aws::clients::Clients,
+    ) -> (
+        hookline_aws::DynamoStore,
+        std::sync::Arc<hookline_aws::sealing::SecretSealer>,
+    ) {
+        let sealer = std::sync::Arc::new(hookline_aws::sealing::SecretSealer::new(
+            clients.kms.clone(),
+            self.settings
+                .kms_key_id
+                .clone()
+                .expect("the stack has a KMS key"),
+        ));
+        let store = hookline_aws::DynamoStore::new(
+            clients,
+            self.settings.table.clone(),
+            self.settings.retention,
+        )
+        .sealed_with(sealer.clone());
+        (store, sealer)
+    }
+
     /// Starts moto and the local pipeline with `env` overrides.
     pub async fn start(env: &[(&str, &str)]) -> Self {
         init_logs();

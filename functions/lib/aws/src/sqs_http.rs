@@ -220,25 +220,16 @@ impl SqsHttp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_server::serve;
-    use aws_credential_types::provider::SharedCredentialsProvider;
-    use aws_credential_types::Credentials;
+    use crate::test_server::{answer, credentials, serve};
 
     fn client(url: &str) -> SqsHttp {
         SqsHttp::new(
             reqwest::Client::new(),
             "us-east-1",
-            SharedCredentialsProvider::new(Credentials::new("AKIDEXAMPLE", "s", None, None, "t")),
+            credentials(),
             Some(url),
         )
         .expect("valid url")
-    }
-
-    fn answer(status: &str, body: &str) -> String {
-        format!(
-            "HTTP/1.1 {status}\r\ncontent-type: application/x-amz-json-1.0\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
     }
 
     #[tokio::test]

@@ -41,3 +41,19 @@ pub fn serve(answers: Vec<String>) -> (String, std::thread::JoinHandle<Vec<Strin
     });
     (url, handle)
 }
+
+/// A complete HTTP/1.1 answer of `status` with a JSON-protocol `body`,
+/// closing its connection.
+pub fn answer(status: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/x-amz-json-1.0\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Static test credentials.
+pub fn credentials() -> aws_credential_types::provider::SharedCredentialsProvider {
+    aws_credential_types::provider::SharedCredentialsProvider::new(
+        aws_credential_types::Credentials::new("AKIDEXAMPLE", "s", None, None, "t"),
+    )
+}
