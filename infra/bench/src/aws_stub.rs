@@ -435,12 +435,11 @@ mod tests {
             include_str!("../../../events/sqs-deliver.json"),
             include_str!("../../../events/sqs-deliver-first-attempt.json"),
         ] {
-            let fixture: Value = serde_json::from_str(fixture).unwrap();
-            let message: Value =
-                serde_json::from_str(fixture["Records"][0]["body"].as_str().unwrap()).unwrap();
-            let delivery =
-                hookline_core::ids::DeliveryId::parse(message["delivery_id"].as_str().unwrap())
-                    .unwrap();
+            let fixture: Value = serde_json::from_str(fixture).expect("fixture is JSON");
+            let body = fixture["Records"][0]["body"].as_str().expect("a body");
+            let message: Value = serde_json::from_str(body).expect("the body is a message");
+            let id = message["delivery_id"].as_str().expect("a delivery id");
+            let delivery = hookline_core::ids::DeliveryId::parse(id).expect("a valid id");
             assert!(since + chrono::TimeDelta::hours(1) < delivery.created_at());
         }
     }
@@ -485,7 +484,7 @@ mod tests {
         t.frozen = true;
         let later = json!({"PK": {"S": "APP#a"}, "SK": {"S": "EP#2"}});
         assert_eq!(t.answer("PutItem", &json!({"Item": later})), None);
-        assert_eq!(t.answer("Query", &q).unwrap()["Count"], 1);
+        assert_eq!(t.answer("Query", &q).expect("an answer")["Count"], 1);
         assert_eq!(t.stream.len(), 2);
         let mark = json!({"Key": {"PK": {"S": "RECONCILER"}, "SK": {"S": "SWEEP"}}});
         assert_eq!(t.answer("GetItem", &mark), None, "the stateless sweep mark");

@@ -149,6 +149,8 @@ impl DynamoHttp {
             Some(AttributeValue::S(value)) => Some(value.clone()),
             _ => None,
         };
+        // A table absent from `Responses` had none of the keys; absent
+        // from `UnprocessedKeys`, all of them were processed.
         Ok(BatchGetPage {
             items: response.responses.remove(table).unwrap_or_default(),
             unprocessed: response

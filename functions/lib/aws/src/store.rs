@@ -105,8 +105,6 @@ const RANGE_READ_ITEMS_PER_ID: usize = 4;
 /// is not supported: it does not read this version's items.)
 const MIXED_VERSIONS: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
-/// Whether a delivery created when `id` says may have an item of the
-/// earlier shape, this version having taken over the table at `since`.
 /// The (`PK`, `SK`) of a key read from an index entry.
 fn table_key(key: &HashMap<String, AttributeValue>) -> Result<(String, String)> {
     let text = |name: &str| match key.get(name) {
@@ -118,6 +116,8 @@ fn table_key(key: &HashMap<String, AttributeValue>) -> Result<(String, String)> 
     Ok((text(PK)?, text("SK")?))
 }
 
+/// Whether a delivery created when `id` says may have an item of the
+/// earlier shape, this version having taken over the table at `since`.
 fn legacy_possible_at(id: &DeliveryId, since: DateTime<Utc>) -> bool {
     id.created_at() < since + MIXED_VERSIONS
 }

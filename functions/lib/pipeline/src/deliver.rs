@@ -249,7 +249,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         // record, as the outcome's write is conditional).
         let found = match (message.listed_delivery(), message.version) {
             // With its endpoint, in the same read, unless it is cached.
-            (Some(listed), _) if self.cached_endpoint(&message.endpoint_id).is_none() => {
+            (Some(listed), _) if !self.endpoint_is_cached(&message.endpoint_id) => {
                 let (item, endpoint) = self
                     .store
                     .peek_delivery_item_and_endpoint(
@@ -640,6 +640,14 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             .get(id)
             .filter(|(at, _)| at.elapsed() < ttl)
             .map(|(_, cached)| cached.clone())
+    }
+
+    /// Whether [`Self::cached_endpoint`] would answer (nothing cloned).
+    fn endpoint_is_cached(&self, id: &EndpointId) -> bool {
+        let ttl = self.settings.endpoint_cache_ttl;
+        self.lock_cache()
+            .get(id)
+            .is_some_and(|(at, _)| at.elapsed() < ttl)
     }
 
     fn remember_endpoint(&self, id: &EndpointId, endpoint: Option<Endpoint>) {
