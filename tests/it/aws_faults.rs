@@ -208,6 +208,13 @@ async fn nothing_is_lost_when_aws_throttles_fails_and_drops_connections() {
     let (stack, proxy) = proxied_stack(&moto, &[("WEBHOOKS_RETRY_SCHEDULE", "1s")]).await;
     let receiver = Receiver::healthy().await;
     register(&stack, "f", &receiver).await;
+    // A ReceiveMessage answer dropped after moto acted hides its messages
+    // for the queue's visibility timeout (180 s in the template), as SQS
+    // does: they must come back and be delivered, within this test's wait.
+    stack
+        .set_queue_visibility(20)
+        .await
+        .expect("the delivery queue's visibility timeout shortened");
     proxy.faults.enabled.store(true, Ordering::SeqCst);
 
     const EVENTS: usize = 100;

@@ -232,7 +232,7 @@ pub fn cpu_breakdown(c: &crate::cpu::CpuFigures, goal_ms: f64) -> String {
     let rest = ours - requests - post;
     let share = |ms: f64| 100.0 * ms / ours.max(f64::EPSILON);
     let mut md = format!(
-        "| one bare AWS request: a GetItem on the functions' direct DynamoDB client (`hookline_aws::dynamo_http`, same stub) | {:.3} ms |\n| the same GetItem through the AWS SDK (the functions' SDK configuration and HTTP client) | {:.3} ms |\n\nBy function: ingest {:.3} ms, dispatch {:.3} ms, deliver {:.3} ms per delivery. By cause: {:.2} AWS requests per delivery x {:.3} ms for a bare request = {requests:.3} ms ({:.0} % of ours; every one on the direct clients: DynamoDB's and SQS's sends); the signed POST {post:.3} ms ({:.0} %); ",
+        "| one bare AWS request: a GetItem on the functions' direct DynamoDB client (`hookline_aws::dynamo_http` on `hookline_aws::transport::AwsHttp`: hyper's pooled client, without reqwest's per-request URL parsing; same stub) | {:.3} ms |\n| the same GetItem through the AWS SDK (the functions' SDK configuration and HTTP client) | {:.3} ms |\n\nBy function: ingest {:.3} ms, dispatch {:.3} ms, deliver {:.3} ms per delivery. By cause: {:.2} AWS requests per delivery x {:.3} ms for a bare request = {requests:.3} ms ({:.0} % of ours; every one on the direct clients: DynamoDB's and SQS's sends); the signed POST {post:.3} ms ({:.0} %); ",
         c.direct_request_cpu_ms,
         c.sdk_request_cpu_ms,
         c.ingest_cpu_ms_per_delivery,

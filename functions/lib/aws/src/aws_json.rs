@@ -1,5 +1,6 @@
 //! [`AwsJson`]: an AWS service's JSON API (`application/x-amz-json-1.0`)
-//! spoken directly — SigV4 on the functions' `reqwest` client — for the
+//! spoken directly — SigV4 on the functions' HTTP client
+//! ([`crate::transport::AwsHttp`]) — for the
 //! requests every delivery makes: DynamoDB's ([`crate::dynamo_http`]) and
 //! SQS's sends ([`crate::sqs_http`]), and KMS's data keys of the endpoints'
 //! sealed secrets ([`crate::kms_http`]).
@@ -121,7 +122,7 @@ pub enum AwsJsonError {
     Transport {
         operation: Operation,
         #[source]
-        source: reqwest::Error,
+        source: crate::transport::AwsHttpError,
     },
     /// The call took longer than [`OPERATION_TIMEOUT`] (plus the wait the
     /// request asked the service for, for a long poll).
@@ -196,6 +197,19 @@ impl AwsJsonError {
     }
 }
 
+/// An endpoint URL no client can be built on.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointUrlError {
+    #[error("the endpoint URL does not parse")]
+    Url(#[from] url::ParseError),
+    #[error("the endpoint URL has no host")]
+    NoHost,
+    #[error("the endpoint URL's host cannot be an HTTP header")]
+    Host(#[from] http::header::InvalidHeaderValue),
+    #[error("the endpoint URL is not an HTTP URI")]
+    Uri(#[from] http::uri::InvalidUri),
+}
+
 /// Declares `$client`, one service's client on [`AwsJson`] (a struct with
 /// its `json` core), with its constructor and observer: each service's
 /// module then adds only its operations.
@@ -211,11 +225,11 @@ macro_rules! service_client {
             /// A client of `region`'s service (or of `endpoint_url`, e.g.
             /// moto) signing with `credentials`, on `http`.
             pub fn new(
-                http: reqwest::Client,
+                http: $crate::transport::AwsHttp,
                 region: &str,
                 credentials: aws_credential_types::provider::SharedCredentialsProvider,
                 endpoint_url: Option<&str>,
-            ) -> Result<Self, url::ParseError> {
+            ) -> Result<Self, $crate::aws_json::EndpointUrlError> {
                 $crate::aws_json::AwsJson::new($service, http, region, credentials, endpoint_url)
                     .map(|json| Self { json })
             }
@@ -235,10 +249,10 @@ pub(crate) use service_client;
 #[derive(Clone)]
 pub struct AwsJson {
     service: Service,
-    http: reqwest::Client,
+    http: crate::transport::AwsHttp,
     /// `https://<service>.<region>.amazonaws.com/`, or the local endpoint
-    /// (parsed once: reqwest would parse a string on every request).
-    url: url::Url,
+    /// (parsed once).
+    uri: http::Uri,
     /// The `host` header signed (and sent): the URL's authority.
     host: String,
     host_header: http::HeaderValue,
@@ -254,7 +268,7 @@ impl std::fmt::Debug for AwsJson {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AwsJson")
             .field("service", &self.service.name)
-            .field("url", &self.url.as_str())
+            .field("uri", &self.uri)
             .field("region", &self.region)
             .field("observed", &self.observer.is_some())
             .finish_non_exhaustive()
@@ -266,11 +280,11 @@ impl AwsJson {
     /// signing with `credentials`, on `http`.
     pub fn new(
         service: Service,
-        http: reqwest::Client,
+        http: crate::transport::AwsHttp,
         region: &str,
         credentials: SharedCredentialsProvider,
         endpoint_url: Option<&str>,
-    ) -> Result<Self, url::ParseError> {
+    ) -> Result<Self, EndpointUrlError> {
         let url = match endpoint_url {
             Some(url) => url::Url::parse(url)?,
             None => url::Url::parse(&format!(
@@ -281,14 +295,14 @@ impl AwsJson {
         let host = match (url.host_str(), url.port()) {
             (Some(host), Some(port)) => format!("{host}:{port}"),
             (Some(host), None) => host.to_owned(),
-            (None, _) => return Err(url::ParseError::EmptyHost),
+            (None, _) => return Err(EndpointUrlError::NoHost),
         };
-        let host_header = http::HeaderValue::from_str(&host)
-            .map_err(|_| url::ParseError::InvalidDomainCharacter)?;
+        let host_header = http::HeaderValue::from_str(&host)?;
+        let uri = http::Uri::try_from(url.as_str())?;
         Ok(Self {
             service,
             http,
-            url,
+            uri,
             host,
             host_header,
             region: region.to_owned(),
@@ -399,31 +413,28 @@ impl AwsJson {
         if let Some(token) = credentials.session_token() {
             headers.insert(X_AMZ_SECURITY_TOKEN, signed_value(token.trim().to_owned())?);
         }
-        let transport = |source| AwsJsonError::Transport { operation, source };
+        let mut request = http::Request::new(body);
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        *request.headers_mut() = headers;
         let response = self
             .http
-            .post(self.url.clone())
-            .timeout(timeout)
-            .headers(headers)
-            .body(body)
-            .send()
+            .send(request, timeout)
             .await
-            .map_err(transport)?;
+            .map_err(|source| AwsJsonError::Transport { operation, source })?;
         let status = response.status();
+        if status.is_success() {
+            return Ok(response.into_body());
+        }
         let header_code = response
             .headers()
             .get("x-amzn-errortype")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let answer = response.bytes().await.map_err(transport)?;
-        if status.is_success() {
-            return Ok(answer);
-        }
+            .and_then(|v| v.to_str().ok());
         Err(service_error(
             operation,
             status.as_u16(),
-            header_code.as_deref(),
-            &answer,
+            header_code,
+            response.body(),
         ))
     }
 
@@ -602,7 +613,7 @@ impl AwsJsonError {
     /// rule): no answer, a 5xx, throttling.
     pub(crate) fn deserves_retry(&self) -> bool {
         match self {
-            Self::Transport { source, .. } => !source.is_builder(),
+            Self::Transport { .. } => true,
             Self::Service { status, code, .. } => {
                 *status >= 500 || RETRIED_CODES.contains(&code.as_str())
             }
@@ -669,7 +680,7 @@ mod tests {
     fn client(url: &str, token: Option<&str>) -> AwsJson {
         AwsJson::new(
             DYNAMODB,
-            reqwest::Client::new(),
+            crate::clients::aws_http(None),
             "us-east-1",
             SharedCredentialsProvider::new(credentials(token)),
             Some(url),
@@ -785,14 +796,14 @@ mod tests {
     fn the_default_url_is_the_regions_endpoint_and_debug_hides_the_secret() {
         let aws = AwsJson::new(
             DYNAMODB,
-            reqwest::Client::new(),
+            crate::clients::aws_http(None),
             "sa-east-1",
             SharedCredentialsProvider::new(credentials(Some("tok"))),
             None,
         )
         .expect("valid");
         assert_eq!(
-            aws.url.as_str(),
+            aws.uri.to_string(),
             "https://dynamodb.sa-east-1.amazonaws.com/"
         );
         assert_eq!(aws.host, "dynamodb.sa-east-1.amazonaws.com");
@@ -846,13 +857,13 @@ mod tests {
     fn each_service_signs_with_its_own_name_and_endpoint() {
         let sqs = AwsJson::new(
             crate::sqs_http::SQS,
-            reqwest::Client::new(),
+            crate::clients::aws_http(None),
             "eu-west-1",
             SharedCredentialsProvider::new(credentials(None)),
             None,
         )
         .expect("valid");
-        assert_eq!(sqs.url.as_str(), "https://sqs.eu-west-1.amazonaws.com/");
+        assert_eq!(sqs.uri.to_string(), "https://sqs.eu-west-1.amazonaws.com/");
         let now = Utc::now();
         let signed = sqs.sign(&credentials(None), "AmazonSQS.SendMessageBatch", b"{}", now);
         assert!(

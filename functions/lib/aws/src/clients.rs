@@ -21,6 +21,7 @@ use crate::dynamo_http::DynamoHttp;
 use crate::kms_http::KmsHttp;
 use crate::lazy::Lazy;
 use crate::sqs_http::SqsHttp;
+use crate::transport::AwsHttp;
 
 /// The AWS clients the functions use. The SDK's are built on their first
 /// use ([`Lazy`]): most invocations make only direct DynamoDB requests.
@@ -87,20 +88,16 @@ impl AwsEnvironment {
 /// `endpoint_url` (moto, for `sam local invoke`:
 /// `Settings::aws_endpoint_url`) instead of AWS when given.
 pub fn sdk_config(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> SdkConfig {
-    sdk_config_on(aws, endpoint_url, reqwest_client(endpoint_url))
+    sdk_config_on(aws, endpoint_url, aws_http(endpoint_url))
 }
 
-/// [`sdk_config`] on `http` (a client [`reqwest_client`] built).
-fn sdk_config_on(
-    aws: &AwsEnvironment,
-    endpoint_url: Option<&str>,
-    http: reqwest::Client,
-) -> SdkConfig {
+/// [`sdk_config`] on `http` (a client [`aws_http`] built).
+fn sdk_config_on(aws: &AwsEnvironment, endpoint_url: Option<&str>, http: AwsHttp) -> SdkConfig {
     let mut config = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(aws.region.clone()))
         .credentials_provider(SharedCredentialsProvider::new(aws.credentials.clone()))
-        .http_client(crate::transport::ReqwestHttpClient::on(http).shared())
+        .http_client(crate::transport::AwsHttpClient::on(http).shared())
         .time_source(SharedTimeSource::new(SystemTimeSource::new()))
         .retry_config(
             RetryConfig::standard()
@@ -127,13 +124,13 @@ fn sdk_config_on(
 pub const AMAZON_TRUST_SERVICES_PEM: &str = include_str!("../certs/amazon-trust-services.pem");
 
 /// The HTTPS client every AWS request goes through, the SDK's
-/// ([`crate::transport`]) and [`DynamoHttp`]'s: one connection pool. Talking
+/// ([`crate::transport`]) and the direct clients': one connection pool. Talking
 /// to AWS (or to a plain-HTTP local endpoint) it trusts the five Amazon
 /// Trust Services roots only: loading and parsing the system store's ~140
 /// roots was a third of a cold start, on every function. A custom HTTPS
 /// endpoint (a proxy, LocalStack) gets Mozilla's root program
 /// (`webpki-roots`, compiled in).
-pub fn reqwest_client(endpoint_url: Option<&str>) -> reqwest::Client {
+pub fn aws_http(endpoint_url: Option<&str>) -> AwsHttp {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let custom_https = endpoint_url.is_some_and(|url| url.starts_with("https://"));
@@ -147,8 +144,7 @@ pub fn reqwest_client(endpoint_url: Option<&str>) -> reqwest::Client {
         roots.add_parsable_certificates(certs);
         hookline_pipeline::sender::tls_config_trusting(roots)
     };
-    crate::transport::reqwest_client(tls)
-        .expect("a reqwest client on a preconfigured rustls config, without proxies, builds")
+    AwsHttp::new(tls)
 }
 
 impl Clients {
@@ -156,7 +152,7 @@ impl Clients {
     /// one HTTP client (one connection pool).
     /// The SDK configuration and its clients are built when first used.
     pub fn new(aws: &AwsEnvironment, endpoint_url: Option<&str>) -> Self {
-        let http = reqwest_client(endpoint_url);
+        let http = aws_http(endpoint_url);
         let credentials = SharedCredentialsProvider::new(aws.credentials.clone());
         let checked = "the endpoint URL was checked with the settings";
         let direct = DirectClients {
@@ -213,7 +209,7 @@ impl DirectClients {
     /// endpoint URL: a configuration the SDK clients could not use either.
     pub fn of(config: &SdkConfig) -> Self {
         let endpoint_url = config.endpoint_url();
-        let http = reqwest_client(endpoint_url);
+        let http = aws_http(endpoint_url);
         let region = config
             .region()
             .expect("an SDK configuration for AWS services has a region");
@@ -420,7 +416,7 @@ mod tests {
         let (valid, invalid) = store.add_parsable_certificates(certs);
         assert_eq!((valid, invalid), (5, 0));
         // Both kinds of client build (the roots are parsed on first use).
-        let _ = reqwest_client(None);
-        let _ = reqwest_client(Some("https://localhost.localstack.cloud:4566"));
+        let _ = aws_http(None);
+        let _ = aws_http(Some("https://localhost.localstack.cloud:4566"));
     }
 }

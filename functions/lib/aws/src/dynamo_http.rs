@@ -399,7 +399,7 @@ mod tests {
 
     fn client(url: &str, token: Option<&str>) -> DynamoHttp {
         DynamoHttp::new(
-            reqwest::Client::new(),
+            crate::clients::aws_http(None),
             "us-east-1",
             SharedCredentialsProvider::new(Credentials::new(
                 "AKIDEXAMPLE",

@@ -149,7 +149,7 @@ mod tests {
 
     fn client(url: &str) -> KmsHttp {
         KmsHttp::new(
-            reqwest::Client::new(),
+            crate::clients::aws_http(None),
             "us-east-1",
             credentials(),
             Some(url),

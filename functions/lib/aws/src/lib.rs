@@ -4,7 +4,8 @@
 //!   (explicit retry and timeout settings; `WEBHOOKS_AWS_ENDPOINT_URL`
 //!   points them at moto locally).
 //! - [`lazy`]: SDK clients built on their first use (cold starts).
-//! - [`transport`]: the SDK's HTTP client on `reqwest` (HTTP/1.1, rustls).
+//! - [`transport`]: [`transport::AwsHttp`], the HTTP/1.1 client (hyper-util,
+//!   rustls) every AWS request goes through, the SDK's included.
 //! - [`aws_json`]: an AWS JSON API spoken directly (SigV4, the SDK's
 //!   retries and timeouts), without the SDK orchestrator; on it
 //!   [`dynamo_http`] (the DynamoDB operations every delivery makes),

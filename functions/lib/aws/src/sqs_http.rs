@@ -224,7 +224,7 @@ mod tests {
 
     fn client(url: &str) -> SqsHttp {
         SqsHttp::new(
-            reqwest::Client::new(),
+            crate::clients::aws_http(None),
             "us-east-1",
             credentials(),
             Some(url),

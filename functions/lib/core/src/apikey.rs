@@ -49,8 +49,7 @@ impl std::fmt::Debug for ApiKey {
 
 /// Hex SHA-256 of a key's text.
 pub fn key_sha256(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(key.as_bytes()))
 }
 
 impl ApiKey {

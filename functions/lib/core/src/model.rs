@@ -530,10 +530,7 @@ impl From<&Endpoint> for EndpointRoute {
 /// SHA-256 of a webhook body, as lowercase hex.
 pub fn body_digest(body: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(body.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(body.as_bytes()))
 }
 
 impl Delivery {
