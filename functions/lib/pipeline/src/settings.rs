@@ -352,8 +352,6 @@ impl Settings {
     }
 }
 
-/// An absolute http(s) URL without a fragment (the session's token goes
-/// there).
 /// An AWS endpoint override: an http(s) URL with a host, kept as given.
 fn aws_endpoint_url(text: String) -> Result<String, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
@@ -367,6 +365,8 @@ fn aws_endpoint_url(text: String) -> Result<String, ConfigError> {
     Ok(text)
 }
 
+/// An absolute http(s) URL without a fragment (the session's token goes
+/// there).
 fn portal_url(text: &str) -> Result<String, ConfigError> {
     let invalid = |reason: &str| ConfigError::Invalid {
         var: "WEBHOOKS_PORTAL_URL",
