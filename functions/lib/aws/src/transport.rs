@@ -2,8 +2,9 @@
 //! HTTP/1.1 client over rustls (aws-lc-rs), the stack reqwest runs on,
 //! without reqwest's per-request work. reqwest 0.13 turns each request's
 //! `Url` into a `Uri` and, for its redirect layer, parses the URI back into
-//! a `Url` twice per exchange even with redirects off: about 5 % of a
-//! delivery's CPU in the benchmark's profile, for five AWS requests. Every
+//! a `Url` twice per exchange even with redirects off. Without it a bare
+//! request costs about 15 % less CPU and a delivery about 6 % (interleaved
+//! runs of the benchmark's CPU probe, five AWS requests a delivery). Every
 //! AWS request goes through it: the direct clients' ([`crate::aws_json`])
 //! and the SDK's ([`AwsHttpClient`]), one connection pool.
 //!

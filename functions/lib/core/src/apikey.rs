@@ -128,6 +128,16 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 
+    /// Stored key hashes (and the admin key's, from the settings) are this
+    /// encoding: lowercase hex of SHA-256 (FIPS 180-2's "abc" vector).
+    #[test]
+    fn a_key_hash_is_lowercase_hex_sha256() {
+        assert_eq!(
+            key_sha256("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
     #[test]
     fn generated_keys_match_only_themselves() {
         let mut rng = StdRng::seed_from_u64(7);

@@ -771,6 +771,16 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 
+    /// Stored with each delivery and checked before a retry's POST: the
+    /// encoding must not change (FIPS 180-2's "abc" vector).
+    #[test]
+    fn a_body_digest_is_lowercase_hex_sha256() {
+        assert_eq!(
+            body_digest("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
     fn raw(text: &str) -> Box<RawValue> {
         RawValue::from_string(text.to_owned()).unwrap()
     }
