@@ -264,14 +264,23 @@ pub fn cpu_breakdown(c: &crate::cpu::CpuFigures, goal_ms: f64) -> String {
     if ours > goal_ms {
         let _ = write!(
             md,
-            "\n**Goal not met**: {ours:.3} ms against ≤ {goal_ms} ms ({:.0} % over). Measured reason: the AWS requests a delivery needs and its POST cost {:.3} ms at the price of bare requests, {:.0} % of the goal before any handler code runs; our own work is the {:.3} ms left. Next levers: (1) fewer requests per delivery: the ingest's consistent endpoint query per request (a cached route list would let an endpoint created just before an event miss it), the deliver's read of the delivery item before its first attempt (it is what keeps a duplicate queue message from POSTing twice); (2) our own work: item encoding, the Lambda events' JSON. Measured and not taken: the event body's compression (raw DEFLATE, a write unit less per event for a payload from about 0.7 KB) is 2-3 % of the probe's CPU samples (perf); an encoder holding 16 KB of state instead of miniz_oxide's 300 KB (zeroed per event) took about 1 % off, not worth a DEFLATE encoder of our own to maintain; JSON logs off (`RUST_LOG=off`) made no difference beyond this machine's run-to-run noise in interleaved runs.\n",
+            "\n**Goal not met**: {ours:.3} ms against ≤ {goal_ms} ms ({:.0} % over). Measured reason: the AWS requests a delivery needs and its POST cost {:.3} ms at the price of bare requests, {:.0} % of the goal before any handler code runs; our own work is the {:.3} ms left. Next levers: (1) fewer requests per delivery: the ingest's consistent endpoint query per request (a cached route list would let an endpoint created just before an event miss it), the deliver's read of the delivery item before its first attempt (it is what keeps a duplicate queue message from POSTing twice); (2) our own work: item encoding, the Lambda events' JSON.\n",
             100.0 * (ours / goal_ms - 1.0),
             requests + post,
             100.0 * (requests + post) / goal_ms,
             rest.max(0.0),
         );
+    } else if ours > 0.9 * goal_ms {
+        let _ = writeln!(
+            md,
+            "\n**Goal met in this run**: {ours:.3} ms against ≤ {goal_ms} ms. On this shared 2-core machine the figure moves by about ±10 % from run to run, so a figure this close to the goal can miss it in another run; what would move it for good is fewer requests per delivery (above: they are most of it)."
+        );
     } else {
         let _ = writeln!(md, "\n**Goal met**: {ours:.3} ms against ≤ {goal_ms} ms.");
     }
+    let _ = writeln!(
+        md,
+        "\nMeasured and not taken: the event body's compression (raw DEFLATE, a write unit less per event for a payload from about 0.7 KB) is 2-3 % of the probe's CPU samples (perf); an encoder holding 16 KB of state instead of miniz_oxide's 300 KB (zeroed per event) took about 1 % off, not worth a DEFLATE encoder of our own to maintain; JSON logs off (`RUST_LOG=off`) made no difference beyond this machine's run-to-run noise in interleaved runs."
+    );
     md
 }
