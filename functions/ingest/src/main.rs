@@ -20,6 +20,8 @@ async fn main() -> Result<(), Error> {
             let api = api
                 .get_or_try_init(|| async {
                     let (store, queue) = hookline_aws::clients::store_and_queue(settings).await?;
+                    // A table of another storage format fails the cold start.
+                    store.check_format().await?;
                     Ok::<_, Error>(Api::new(store, queue, settings.clone(), keys.clone()))
                 })
                 .await?;

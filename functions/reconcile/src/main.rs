@@ -15,9 +15,16 @@ async fn main() -> Result<(), Error> {
         async move {
             let (store, queue) = deps.adapters().await?;
             let now = chrono::Utc::now();
-            let report =
-                hookline_reconcile::handle(store, queue, &deps.settings, event.payload, now)
-                    .await?;
+            let budget = hookline_reconcile::budget_until(event.context.deadline, now);
+            let report = hookline_reconcile::handle(
+                store,
+                queue,
+                &deps.settings,
+                event.payload,
+                now,
+                budget,
+            )
+            .await?;
             Ok::<_, Error>(report)
         }
     }))

@@ -82,9 +82,9 @@ impl Tables {
             }
             "GetItem" => match self.items.get(&key_of(&request["Key"])) {
                 Some(item) => Some(json!({"Item": item})),
-                // A deployed table's shape marker and sweep mark (the
+                // A deployed table's format item and sweep mark (the
                 // stateless answers).
-                None if is_shape_marker(&request["Key"]) || is_sweep_mark(&request["Key"]) => None,
+                None if is_format_item(&request["Key"]) || is_sweep_mark(&request["Key"]) => None,
                 None => Some(json!({})),
             },
             "BatchGetItem" => {
@@ -181,7 +181,7 @@ fn answer(target: &str, request: &Value) -> Value {
         }
         "Decrypt" => json!({"KeyId": "stub", "Plaintext": KEY_B64}),
         "GetItem" if is_sweep_mark(&request["Key"]) => sweep_mark(chrono::Utc::now()),
-        "GetItem" if is_shape_marker(&request["Key"]) => shape_marker(),
+        "GetItem" if is_format_item(&request["Key"]) => format_item(),
         // GetItem (nothing found), PutItem, UpdateItem, DeleteItem,
         // TransactWriteItems, DeleteMessageBatch...: success, no attributes.
         _ => json!({}),
@@ -218,39 +218,41 @@ fn is_sweep_mark(key: &Value) -> bool {
     key["PK"]["S"] == "RECONCILER" && key["SK"]["S"] == "SWEEP"
 }
 
-/// Whether `key` is the table's shape marker item.
-fn is_shape_marker(key: &Value) -> bool {
-    key["PK"]["S"] == hookline_aws::schema::DELIVERY_SHAPE_PK
-        && key["SK"]["S"] == hookline_aws::schema::DELIVERY_SHAPE_SK
+/// Whether `key` is the table's format item.
+fn is_format_item(key: &Value) -> bool {
+    key["PK"]["S"] == hookline_aws::schema::FORMAT_PK
+        && key["SK"]["S"] == hookline_aws::schema::FORMAT_SK
 }
 
-/// When the stub's table was taken over by this version: long before
-/// every `events/` fixture's ids (made 2026-12-02), as on a table upgraded
-/// long ago. A marker relative to now would put the fixtures' deliveries
-/// before it once they are a day old, and their first invocation would
-/// take the earlier shape's path (one more read each), which no table past
-/// its upgrade does.
-pub const TABLE_TAKEN_OVER: &str = "2026-01-01T00:00:00Z";
-
-/// The shape marker of a table this version took over at
-/// [`TABLE_TAKEN_OVER`]: no delivery of the fixtures may have an item of
-/// the earlier shape.
-fn shape_marker() -> Value {
-    json!({"Item": {"PK": {"S": hookline_aws::schema::DELIVERY_SHAPE_PK},
-        "SK": {"S": hookline_aws::schema::DELIVERY_SHAPE_SK}, "kind": {"S": "shape"},
-        "since": {"S": TABLE_TAKEN_OVER}}})
+/// The format item of a table of this build's format (a deployed table:
+/// its first process wrote it).
+fn format_item() -> Value {
+    json!({"Item": {"PK": {"S": hookline_aws::schema::FORMAT_PK},
+        "SK": {"S": hookline_aws::schema::FORMAT_SK}, "kind": {"S": "format"},
+        "format": {"N": hookline_aws::schema::TABLE_FORMAT.to_string()}}})
 }
 
 /// The sweep mark of a deployed table whose reconciler ran a few minutes
 /// before `now` (every run but the very first finds one): its sweep of the
 /// events' day partitions goes on from there, as in steady state.
 fn sweep_mark(now: chrono::DateTime<chrono::Utc>) -> Value {
-    let at = hookline_core::ids::EventId::time_floor(now - chrono::TimeDelta::minutes(20));
-    let shards: Vec<Value> = (0..hookline_aws::schema::EVENT_SHARDS)
-        .map(|_| json!({"S": at.as_str()}))
-        .collect();
+    let at = now - chrono::TimeDelta::minutes(20);
+    let mark = |position: String| json!({"M": {"position": {"S": position}, "reached": {"S": at.to_rfc3339()}}});
+    let mut marks = serde_json::Map::new();
+    for shard in 0..hookline_aws::schema::EVENT_SHARDS {
+        let position = hookline_core::ids::EventId::time_floor(at)
+            .as_str()
+            .to_owned();
+        marks.insert(format!("days/{shard}"), mark(position));
+    }
+    for shard in 0..hookline_aws::schema::DUE_SHARDS {
+        marks.insert(
+            format!("late/{shard}"),
+            mark(hookline_aws::schema::due_time(at)),
+        );
+    }
     json!({"Item": {"PK": {"S": "RECONCILER"}, "SK": {"S": "SWEEP"}, "kind": {"S": "sweep_mark"},
-        "marks": {"L": []}, "event_marks": {"L": shards}}})
+        "marks": {"M": marks}}})
 }
 
 async fn handle(State(stub): State<AwsStub>, headers: HeaderMap, body: Bytes) -> Response {
@@ -320,7 +322,7 @@ impl AwsStub {
     }
 
     /// A frozen stateful stub ([`Self::freeze`]) whose table holds the
-    /// table's shape marker and the endpoint the `events/` fixtures name
+    /// table's format item and the endpoint the `events/` fixtures name
     /// (`demo`'s [`FIXTURE_ENDPOINT`], all event types, its URL `receiver_url`), put
     /// by the functions' own store code, its secret sealed by their KMS
     /// path (the stub's data key): a deployed table in steady state. Ingest's
@@ -355,9 +357,9 @@ impl AwsStub {
             .put_endpoint(&endpoint)
             .await
             .map_err(|e| format!("seeding the stub's endpoint: {e}"))?;
-        // The table's shape marker as an item too (a batch read finds it).
+        // The table's format item as an item too (a batch read finds it).
         if let Some(state) = &stub.state {
-            hookline_core::sync::lock(state).put(&shape_marker()["Item"]);
+            hookline_core::sync::lock(state).put(&format_item()["Item"]);
         }
         stub.freeze();
         Ok((stub, url))
@@ -408,40 +410,33 @@ mod tests {
     fn the_sweep_mark_is_a_recent_one() {
         let key = json!({"Key": {"PK": {"S": "RECONCILER"}, "SK": {"S": "SWEEP"}}});
         let item = &answer("DynamoDB_20120810.GetItem", &key)["Item"];
-        let marks = item["event_marks"]["L"].as_array().unwrap();
-        assert_eq!(marks.len(), hookline_aws::schema::EVENT_SHARDS as usize);
-        let at = hookline_core::ids::EventId::parse(marks[0]["S"].as_str().unwrap())
+        let marks = item["marks"]["M"].as_object().unwrap();
+        assert_eq!(
+            marks.len(),
+            (hookline_aws::schema::EVENT_SHARDS + hookline_aws::schema::DUE_SHARDS) as usize
+        );
+        let days = &marks["days/0"]["M"];
+        let at = hookline_core::ids::EventId::parse(days["position"]["S"].as_str().unwrap())
             .unwrap()
             .created_at();
+        let reached: chrono::DateTime<chrono::Utc> =
+            days["reached"]["S"].as_str().unwrap().parse().unwrap();
+        assert!((reached - at).abs() < chrono::TimeDelta::milliseconds(1));
         let age = chrono::Utc::now() - at;
         assert!(age > chrono::TimeDelta::minutes(19) && age < chrono::TimeDelta::minutes(21));
     }
 
-    /// The shape marker reads as a table taken over long before the
-    /// fixtures' deliveries (plus the hour an earlier version may still
-    /// write), so their first invocation is a steady-state one (the
-    /// stateful stub falls back to that answer).
+    /// The format item reads as this build's format (what the functions
+    /// check on their first read), stateless or stateful.
     #[test]
-    fn the_shape_marker_is_older_than_the_fixtures() {
-        let key = json!({"Key": {"PK": {"S": hookline_aws::schema::DELIVERY_SHAPE_PK}, "SK": {"S": hookline_aws::schema::DELIVERY_SHAPE_SK}}});
+    fn the_format_item_is_this_builds() {
+        let key = json!({"Key": {"PK": {"S": hookline_aws::schema::FORMAT_PK}, "SK": {"S": hookline_aws::schema::FORMAT_SK}}});
         let item = answer("DynamoDB_20120810.GetItem", &key);
         assert_eq!(Tables::default().answer("GetItem", &key), None);
-        let since: chrono::DateTime<chrono::Utc> = item["Item"]["since"]["S"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        for fixture in [
-            include_str!("../../../events/sqs-deliver.json"),
-            include_str!("../../../events/sqs-deliver-first-attempt.json"),
-        ] {
-            let fixture: Value = serde_json::from_str(fixture).expect("fixture is JSON");
-            let body = fixture["Records"][0]["body"].as_str().expect("a body");
-            let message: Value = serde_json::from_str(body).expect("the body is a message");
-            let id = message["delivery_id"].as_str().expect("a delivery id");
-            let delivery = hookline_core::ids::DeliveryId::parse(id).expect("a valid id");
-            assert!(since + chrono::TimeDelta::hours(1) < delivery.created_at());
-        }
+        assert_eq!(
+            item["Item"]["format"]["N"],
+            hookline_aws::schema::TABLE_FORMAT.to_string()
+        );
     }
 
     #[test]

@@ -295,15 +295,13 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
             return Err(format!("endpoint: {status} {body}"));
         }
     }
-    // A table this version took over a day ago, as every one is an hour
-    // after its deployment: no delivery may have an item of the earlier
-    // shape, so none is looked up there (in the first hour, a delivery's
-    // first read is one GetItem more).
+    // The table's format item, as every deployed table has once its first
+    // process ran.
     stack
         .store
-        .set_deliveries_by_app_since(chrono::Utc::now() - chrono::Duration::days(1))
+        .check_format()
         .await
-        .map_err(|e| format!("shape marker: {e}"))?;
+        .map_err(|e| format!("format item: {e}"))?;
     // The reconciler's first run on the new table: with no mark yet, its
     // sweep reads every day an event could still be kept (retention) to
     // set where it starts; a one-time cost of a deployment.

@@ -378,7 +378,15 @@ impl LocalStack {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<hookline_pipeline::reconcile::ReconcileReport, hookline_pipeline::PipelineError>
     {
-        hookline_reconcile::handle(&self.store, &self.queue, &self.settings, Value::Null, now).await
+        hookline_reconcile::handle(
+            &self.store,
+            &self.queue,
+            &self.settings,
+            Value::Null,
+            now,
+            hookline_reconcile::DEFAULT_BUDGET,
+        )
+        .await
     }
 
     /// Runs the event sources, and the reconciler on its interval, until
@@ -472,9 +480,8 @@ impl LocalStack {
                 .client()
                 .scan()
                 .table_name(self.store.table())
-                .filter_expression("SK = :id OR PK = :legacy")
+                .filter_expression("SK = :id")
                 .expression_attribute_values(":id", AttributeValue::S(id.to_string()))
-                .expression_attribute_values(":legacy", AttributeValue::S(format!("DLV#{id}")))
                 .set_exclusive_start_key(start)
                 .send()
                 .await

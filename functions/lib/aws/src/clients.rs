@@ -282,10 +282,18 @@ impl Deps {
         })
     }
 
-    /// The store and queue (built once, on first use).
-    pub async fn adapters(&self) -> Result<&(crate::DynamoStore, crate::SqsQueue), ConfigError> {
+    /// The store and queue (built once, on first use), the table's storage
+    /// format checked ([`crate::DynamoStore::check_format`]): a table of
+    /// another format fails the function's first invocation, naming both.
+    pub async fn adapters(
+        &self,
+    ) -> Result<&(crate::DynamoStore, crate::SqsQueue), hookline_pipeline::error::BoxError> {
         self.adapters
-            .get_or_try_init(|| store_and_queue(&self.settings))
+            .get_or_try_init(|| async {
+                let (store, queue) = store_and_queue(&self.settings).await?;
+                store.check_format().await?;
+                Ok::<_, hookline_pipeline::error::BoxError>((store, queue))
+            })
             .await
     }
 }

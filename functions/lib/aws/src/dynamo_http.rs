@@ -321,6 +321,8 @@ pub struct Query<'a> {
     pub key_condition_expression: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projection_expression: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter_expression: Option<&'a str>,
     #[serde(skip_serializing_if = "HashMap::is_empty")]
     pub expression_attribute_names: HashMap<&'a str, &'a str>,
     pub expression_attribute_values: HashMap<&'a str, AttributeValue>,
@@ -339,6 +341,7 @@ impl<'a> Query<'a> {
             index_name: None,
             key_condition_expression: key_condition,
             projection_expression: None,
+            filter_expression: None,
             expression_attribute_names: HashMap::new(),
             expression_attribute_values: HashMap::new(),
             consistent_read: true,
@@ -376,6 +379,13 @@ impl<'a> Query<'a> {
     /// Binds `placeholder` (`#name`) to attribute `name`.
     pub fn name(mut self, placeholder: &'a str, name: &'a str) -> Self {
         self.expression_attribute_names.insert(placeholder, name);
+        self
+    }
+
+    /// Only the items matching `filter` are answered (all are read and
+    /// billed: a filter saves the answer's size, not read units).
+    pub fn filter(mut self, filter: &'a str) -> Self {
+        self.filter_expression = Some(filter);
         self
     }
 }

@@ -4,15 +4,15 @@
 //! |---|---|---|---|---|
 //! | endpoint | `APP#{app}` | `EP#{endpoint}` | | |
 //! | event (with its listed fan-out) | `EVD#{creation day}#{shard}` | `{event}` | | |
-//! | event written by an earlier version | `EVT#{event}` | `EVT` | | |
 //! | delivery | `DLA#{app}#{shard}` | `{delivery}` | | `ST#{app}#failed#{shard}` / `{delivery}`, failed ones only |
-//! | delivery written by an earlier version | `DLV#{delivery}` | `DLV` | `EP#{endpoint}#{shard}` / `{delivery}` | `ST#{app}#{status}#{shard}` / `{delivery}` |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
 //! | endpoint stats, per hour | `STATS#{app}#{endpoint}` | `H#{hour}` | | |
 //! | endpoint's waiting gauge | `STATS#{app}#{endpoint}` | `WAITING` | | |
 //! | replay of an endpoint's missed events | `RPL#{replay}` | `RPL` | | |
 //! | event-type catalog entry | `CATALOG` | `ET#{name}` | | |
+//! | the table's storage format | `FORMAT` | `FORMAT` | | |
+//! | the reconciler's sweep marks | `RECONCILER` | `SWEEP` | | |
 //!
 //! An event lists its fan-out (`targets`, up to `FANOUT_LIST_MAX` endpoints):
 //! its deliveries have no item until their first attempt's outcome writes one
@@ -31,18 +31,12 @@
 //! everything delivered; pending ones are mostly among an app's newest
 //! items and are listed from its partitions (see [`status_index_key`]: a copy would
 //! be written and removed again for every delivery that needs a retry).
-//! Items of the earlier shape (`DLV#{id}`,
-//! with their GSI1 and GSI2 copies) are still listed through those indexes
-//! and are moved to their app's partition the first time they are read by
-//! id ([`legacy_delivery_key`]).
 //!
 //! Events are kept by time in the table itself: each creation day's events
 //! are spread over [`EVENT_SHARDS`] partitions sorted by event id (which
 //! starts with the creation time), so the reconciler's sweep and replays
 //! query the days they need and no index entry is written per event
-//! ([`event_key`]). Items of the earlier shape (`EVT#{event}`, with a time
-//! index entry) are still read, updated, swept and replayed until they
-//! expire ([`legacy_event_key`]).
+//! ([`event_key`]).
 //!
 //! GSI3 (KEYS_ONLY, sparse) holds these key spaces:
 //! - the overdue index `DUE#{shard}` / `{due time}#{id}`, present only on
@@ -51,11 +45,7 @@
 //! - the event time index `SWEEP#{shard}` / `{written time}#{app}#{event id}`
 //!   on events with a listed fan-out written after their creation day's
 //!   partition may have been swept (an event completed after its request
-//!   stopped), and on earlier-shape events with a listed fan-out; the
-//!   reconciler sweeps it past its mark too;
-//! - the event log `LOG#{shard}` / `{written time}#{app}#{event id}` on
-//!   earlier-shape events with no listed fan-out (replays read it until they
-//!   expire; nothing new is written there);
+//!   stopped); the reconciler sweeps it past its mark too;
 //! - running replays (`RPL#{replay}` / `RPL`) are in the overdue index, due
 //!   when last advanced, so a stalled one is continued by the reconciler.
 //!
@@ -145,26 +135,11 @@ pub fn day_start(at: DateTime<Utc>) -> DateTime<Utc> {
         .unwrap_or(at)
 }
 
-/// Where an event item written by an earlier version is: its own partition
-/// (`EVT#{id}` / `EVT`). Such items are read, updated and swept as before
-/// until they expire; new events are never written there.
-pub fn legacy_event_key(id: &EventId) -> (String, String) {
-    (format!("EVT#{id}"), LEGACY_EVENT_SK.to_owned())
-}
-pub const LEGACY_EVENT_SK: &str = "EVT";
-
-/// The event a table key names, in either shape.
-pub fn event_id_of_key(pk: &str, sk: &str) -> Option<EventId> {
-    if pk.starts_with("EVD#") {
-        EventId::parse(sk).ok()
-    } else {
-        pk.strip_prefix("EVT#")
-            .and_then(|id| EventId::parse(id).ok())
-    }
-}
 /// Partitions of each app's deliveries (see [`delivery_key`]): about 8000
 /// delivery writes a second per app before one throttles.
 pub const DELIVERY_SHARDS: u32 = 8;
+// A listed delivery is in the delivery shard of its event's number.
+const _: () = assert!(DELIVERY_SHARDS == EVENT_SHARDS);
 
 /// Where a delivery item is: one of its app's partitions
 /// (`DLA#{app}#{shard}`, by a hash of the id), sorted by its id (which
@@ -177,9 +152,18 @@ pub fn delivery_key(app: &AppId, id: &DeliveryId) -> (String, String) {
     )
 }
 
-/// Which of its app's partitions a delivery is in.
+/// Which of its app's partitions a delivery is in: the shard of the event
+/// id its bits name ([`DeliveryId::fanout_origin`], the id itself for any
+/// other delivery), so a listed fan-out's deliveries sit in the same shard
+/// number as their event, in the same time order. The reconciler's sweep
+/// checks a page of one event shard against one range of each app's
+/// delivery partition, dense with the deliveries it asks for, instead of
+/// a key each (DynamoDB bills a range by the KB read, a key by the item).
 pub fn delivery_shard(id: &DeliveryId) -> u32 {
-    hash_mod(id.as_str(), DELIVERY_SHARDS)
+    match id.fanout_origin() {
+        Some((event, _)) => hash_mod(event.as_str(), DELIVERY_SHARDS),
+        None => hash_mod(id.as_str(), DELIVERY_SHARDS),
+    }
 }
 
 /// The partition `shard` of an app's deliveries.
@@ -187,58 +171,68 @@ pub fn app_deliveries_pk(app: &AppId, shard: u32) -> String {
     format!("DLA#{app}#{shard}")
 }
 
-/// Where a delivery item written by an earlier version is (`DLV#{id}` /
-/// `DLV`, with GSI1 and GSI2 copies). Such an item is moved to
-/// [`delivery_key`] when it is first read by id; until then (or until it
-/// expires) the lists read it through its index copies.
-pub fn legacy_delivery_key(id: &DeliveryId) -> (String, String) {
-    (format!("DLV#{id}"), LEGACY_DELIVERY_SK.to_owned())
-}
-pub const LEGACY_DELIVERY_SK: &str = "DLV";
-
-/// The table's shape marker: since when deliveries are written in their
-/// app's partitions (written once, by the first process of this version to
-/// look; see `DynamoStore::deliveries_by_app_since`).
-pub const DELIVERY_SHAPE_PK: &str = "SHAPE";
-pub const DELIVERY_SHAPE_SK: &str = "DELIVERIES";
+/// The storage format this build reads and writes. The table carries it
+/// in its format item ([`FORMAT_PK`]); a function that finds another one
+/// refuses to start ([`PipelineError::Format`]): nothing has a migration
+/// path or reads older keys. Bump it with every change of an item's key
+/// or shape.
+pub const TABLE_FORMAT: u32 = 1;
+pub const FORMAT_PK: &str = "FORMAT";
+pub const FORMAT_SK: &str = "FORMAT";
 
 #[derive(Serialize, Deserialize)]
-struct ShapeItem {
+struct FormatItem {
     #[serde(rename = "PK")]
     pk: String,
     #[serde(rename = "SK")]
     sk: String,
     kind: String,
-    since: DateTime<Utc>,
+    format: u32,
 }
 
-pub fn delivery_shape_item(since: DateTime<Utc>) -> Result<Item, PipelineError> {
+/// The format item of a table of `format`.
+pub fn format_item(format: u32) -> Result<Item, PipelineError> {
     to_item(
-        "shape marker",
-        &ShapeItem {
-            pk: DELIVERY_SHAPE_PK.to_owned(),
-            sk: DELIVERY_SHAPE_SK.to_owned(),
-            kind: "shape".to_owned(),
-            since,
+        "format item",
+        &FormatItem {
+            pk: FORMAT_PK.to_owned(),
+            sk: FORMAT_SK.to_owned(),
+            kind: "format".to_owned(),
+            format,
         },
     )
 }
 
-pub fn delivery_shape_from_item(item: Item) -> Result<DateTime<Utc>, PipelineError> {
-    let row: ShapeItem = serde_dynamo::from_item(item).map_err(|e| corrupt("shape marker", e))?;
-    Ok(row.since)
+/// Whether `item` is the table's format item.
+pub fn is_format_item(item: &Item) -> bool {
+    matches!(item.get(PK), Some(serde_dynamo::AttributeValue::S(pk)) if pk == FORMAT_PK)
 }
 
-/// The delivery a table key names, and its app when the key says it (an
-/// earlier-shape key does not).
-pub fn delivery_of_key(pk: &str, sk: &str) -> Option<(Option<AppId>, DeliveryId)> {
-    if let Some(rest) = pk.strip_prefix("DLA#") {
-        let (app, _shard) = rest.rsplit_once('#')?;
-        Some((Some(AppId::parse(app).ok()?), DeliveryId::parse(sk).ok()?))
+/// Checks a format item against [`TABLE_FORMAT`].
+pub fn check_format_item(item: Item) -> Result<(), PipelineError> {
+    let row: FormatItem = serde_dynamo::from_item(item).map_err(|e| corrupt("format item", e))?;
+    if row.format == TABLE_FORMAT {
+        Ok(())
     } else {
-        let id = pk.strip_prefix("DLV#")?;
-        Some((None, DeliveryId::parse(id).ok()?))
+        Err(PipelineError::Format {
+            table: row.format,
+            build: TABLE_FORMAT,
+        })
     }
+}
+
+/// The delivery a table key names, with its app.
+pub fn delivery_of_key(pk: &str, sk: &str) -> Option<(AppId, DeliveryId)> {
+    let rest = pk.strip_prefix("DLA#")?;
+    let (app, _shard) = rest.rsplit_once('#')?;
+    Some((AppId::parse(app).ok()?, DeliveryId::parse(sk).ok()?))
+}
+
+/// The event a table key names.
+pub fn event_id_of_key(pk: &str, sk: &str) -> Option<EventId> {
+    pk.starts_with("EVD#")
+        .then(|| EventId::parse(sk).ok())
+        .flatten()
 }
 pub fn idempotency_pk(app: &AppId, key: &str) -> String {
     format!("IDEM#{app}#{key}")
@@ -320,35 +314,17 @@ pub fn sweep_pk_of_shard(shard: u32) -> String {
     format!("SWEEP#{shard}")
 }
 
-/// The event log's partition of an event: events with no listed fan-out
-/// (none of the app's endpoints took it, or a large fan-out once it is
-/// materialised). With the event time index it holds every event by time,
-/// so a replay finds an app's events in a window without a scan; the
-/// reconciler never reads it.
-pub fn event_log_pk(event_id: &EventId) -> String {
-    event_log_pk_of_shard(hash_mod(event_id.as_str(), DUE_SHARDS))
-}
-
-pub fn event_log_pk_of_shard(shard: u32) -> String {
-    format!("LOG#{shard}")
-}
-
-/// The sort key of an event in the event time index or the event log:
-/// `{written time}#{app}#{event id}` (app ids have no `#`). Entries written
-/// before the app was part of the key read `{written time}#{event id}`.
+/// The sort key of an event in the event time index:
+/// `{written time}#{app}#{event id}` (app ids have no `#`).
 pub fn event_time_sk(written: DateTime<Utc>, app: &AppId, id: &EventId) -> String {
     format!("{}#{app}#{id}", due_time(written))
 }
 
-/// The app (when the entry names it) and the event of a time-index or
-/// event-log sort key; `None` for a key of another shape.
-pub fn parse_event_time_sk(sk: &str) -> Option<(Option<&str>, EventId)> {
+/// The app and the event of a time-index sort key.
+pub fn parse_event_time_sk(sk: &str) -> Option<(&str, EventId)> {
     let mut parts = sk.splitn(3, '#');
-    let (_, second, third) = (parts.next()?, parts.next()?, parts.next());
-    match third {
-        Some(id) => Some((Some(second), EventId::parse(id).ok()?)),
-        None => Some((None, EventId::parse(second).ok()?)),
-    }
+    let (_, app, id) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((app, EventId::parse(id).ok()?))
 }
 
 /// The reconciler's sweep mark item.
@@ -696,8 +672,7 @@ pub fn delivery_item(
 /// (filtered), where it is mostly among the newest (within a retry window
 /// of its creation; one restarted by hand keeps its place by creation
 /// time, a few list pages down), and a copy would cost two index writes
-/// for every delivery that needs a retry (in, then out). Items of an
-/// earlier version may still have a pending copy; lists read those too.
+/// for every delivery that needs a retry (in, then out).
 pub fn status_index_key(delivery: &Delivery) -> Option<String> {
     (delivery.status == DeliveryStatus::Failed)
         .then(|| by_status_pk(&delivery.app_id, delivery.status, shard_of(&delivery.id)))
@@ -958,13 +933,9 @@ mod tests {
         assert_eq!(sk, delivery.id.as_str());
         assert_eq!(
             delivery_of_key(&pk, &sk),
-            Some((Some(delivery.app_id.clone()), delivery.id.clone()))
+            Some((delivery.app_id.clone(), delivery.id.clone()))
         );
-        let (legacy_pk, legacy_sk) = legacy_delivery_key(&delivery.id);
-        assert_eq!(
-            delivery_of_key(&legacy_pk, &legacy_sk),
-            Some((None, delivery.id.clone()))
-        );
+        assert_eq!(delivery_of_key("DLV#x", delivery.id.as_str()), None);
         assert_eq!(
             delivery_of_key("EVD#20261202#1", delivery.id.as_str()),
             None
@@ -1000,6 +971,24 @@ mod tests {
         assert_eq!(delivery_from_item(item).unwrap(), delivery);
     }
 
+    /// The format item names its format; another one is refused with both
+    /// numbers in the message.
+    #[test]
+    fn a_table_of_another_format_is_refused_naming_both() {
+        let ours = format_item(TABLE_FORMAT).unwrap();
+        assert!(is_format_item(&ours));
+        check_format_item(ours).unwrap();
+        let other = format_item(TABLE_FORMAT + 1).unwrap();
+        let err = check_format_item(other).unwrap_err();
+        assert!(!err.is_retryable());
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("format {}", TABLE_FORMAT + 1))
+                && text.contains(&format!("format {TABLE_FORMAT} only")),
+            "{text}"
+        );
+    }
+
     #[test]
     fn events_live_in_day_partitions_and_are_indexed_only_when_needed() {
         use chrono::TimeZone;
@@ -1013,8 +1002,7 @@ mod tests {
             assert_eq!(sk, id.as_str());
             shards.insert(pk);
             assert_eq!(event_id_of_key(&event_key(id).0, &sk).as_ref(), Some(id));
-            let (lpk, lsk) = legacy_event_key(id);
-            assert_eq!(event_id_of_key(&lpk, &lsk).as_ref(), Some(id));
+            assert_eq!(event_id_of_key(&format!("EVT#{id}"), "EVT"), None);
         }
         assert_eq!(shards.len(), EVENT_SHARDS as usize, "every shard used");
         let next_day = EventId::new(at + chrono::TimeDelta::seconds(1), &mut rng);

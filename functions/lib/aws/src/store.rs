@@ -10,15 +10,15 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
 use hookline_core::apikey::ApiKey;
 use hookline_core::catalog::EventTypeDef;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, EventType};
 use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
-    CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, EventWindow, IdempotencyRecord,
-    NewEvent, Overdue, Result, Store, StoredEvent, Sweep,
+    CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, EventHead, EventWindow,
+    IdempotencyRecord, NewEvent, Overdue, OverduePage, Result, Store, StoredEvent, SweepMarks,
+    SweepPage, SweepSource,
 };
 use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
@@ -45,8 +45,9 @@ pub struct DynamoStore {
     serial: crate::serial::Serial,
     /// Seals endpoint secrets at rest (KMS envelope encryption) when set.
     sealer: Option<Arc<SecretSealer>>,
-    /// See [`Self::deliveries_by_app_since`].
-    by_app_since: Arc<tokio::sync::OnceCell<DateTime<Utc>>>,
+    /// Set once this process found the table at [`schema::TABLE_FORMAT`]
+    /// (see [`Self::check_format`]).
+    format_checked: Arc<tokio::sync::OnceCell<()>>,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -62,31 +63,51 @@ fn av<T: serde::Serialize>(value: &T) -> Result<AttributeValue> {
     serde_dynamo::to_attribute_value(value).map_err(|e| corrupt("attribute", e))
 }
 
-/// How long after its creation an event may be written to a time index
-/// (see [`Store::events_in_window`]).
-/// How many shard queries the reconciler has in flight at once, in each of
-/// its two lookups (the overdue index; the sweep, half on the event-time
-/// index and half on the day partitions). Each request in flight holds its
-/// own connection: on a first run, reading every shard at once opened one
-/// connection per shard (on AWS a TLS handshake each, on a fraction of a
-/// vCPU); a few at a time reuse them, for a few round trips more.
-const SHARD_READS_AT_ONCE: usize = 4;
-
-const WINDOW_WRITE_SLACK: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 /// Day partitions a replay call reads per event shard at most (a wider
 /// window goes on from the replay's position).
 const REPLAY_DAYS_PER_CALL: usize = 10;
 
-/// The reconciler's sweep marks, kept in its mark item.
-#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-struct SweepMarks {
-    /// Per event time-index shard: the last sort key swept.
-    #[serde(default)]
-    marks: Vec<String>,
-    /// Per event shard: the id below which the day partitions are swept
-    /// (the last event read, or the cutoff when all were).
-    #[serde(default)]
-    event_marks: Vec<String>,
+/// Entries one overdue-index page holds at most (KEYS_ONLY entries of
+/// about 150 bytes: well inside a 1 MB query page). The reconciler handles
+/// a page's entries before it reads the next.
+const OVERDUE_PAGE_LIMIT: i32 = 1000;
+/// Time-index entries one late-events page reads at most (their events
+/// are then read by key, 100 per BatchGetItem).
+const LATE_PAGE_LIMIT: i32 = 500;
+/// What the sweep reads of an event: its id, app, creation and listed
+/// fan-out; never the body.
+const HEAD_PROJECTION: &str = "#sk, app_id, created_at, targets";
+
+/// The head of an event item read with [`HEAD_PROJECTION`]; `None`:
+/// unreadable.
+fn event_head(item: Item) -> std::result::Result<EventHead, String> {
+    #[derive(serde::Deserialize)]
+    struct Row {
+        #[serde(rename = "SK")]
+        id: EventId,
+        app_id: AppId,
+        created_at: DateTime<Utc>,
+        #[serde(default)]
+        targets: Vec<EndpointId>,
+    }
+    let key = text_of(&item, SK).unwrap_or("?").to_owned();
+    match serde_dynamo::from_item::<_, Row>(item) {
+        Ok(row) => Ok(EventHead {
+            id: row.id,
+            app_id: row.app_id,
+            created_at: row.created_at,
+            targets: row.targets,
+        }),
+        Err(err) => Err(format!("{key}: {err}")),
+    }
+}
+
+/// The time a due or time-index sort key starts with.
+fn time_of_sort_key(sk: &str) -> Option<DateTime<Utc>> {
+    let text = sk.split('#').next()?;
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 /// From this many deliveries in one of its app's partitions, the
@@ -98,43 +119,12 @@ const RANGE_READ_MIN: usize = 4;
 /// the range: a large fan-out's deliveries); the rest are read by key.
 const RANGE_READ_ITEMS_PER_ID: usize = 4;
 
-/// How long after this version first used the table an earlier version
-/// may still have written a delivery item of its shape: the functions of a
-/// deployment are replaced within minutes (an invocation lasts 15 minutes
-/// at most); an hour is a wide margin. (Going back to an earlier version
-/// is not supported: it does not read this version's items.)
-const MIXED_VERSIONS: chrono::TimeDelta = chrono::TimeDelta::hours(1);
-
-/// The (`PK`, `SK`) of a key read from an index entry.
-fn table_key(key: &HashMap<String, AttributeValue>) -> Result<(String, String)> {
-    let text = |name: &str| match key.get(name) {
-        Some(AttributeValue::S(value)) => Ok(value.clone()),
-        _ => Err(PipelineError::Corrupt(format!(
-            "an index entry's key has no string {name}"
-        ))),
-    };
-    Ok((text(PK)?, text("SK")?))
-}
-
-/// Whether a delivery created when `id` says may have an item of the
-/// earlier shape, this version having taken over the table at `since`.
-fn legacy_possible_at(id: &DeliveryId, since: DateTime<Utc>) -> bool {
-    id.created_at() < since + MIXED_VERSIONS
-}
-
 /// How a read sees the table: every write acknowledged before it, or
 /// (half the read units) possibly not those of about the last second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Read {
     Consistent,
     Eventual,
-}
-
-/// An overdue-index entry as read: an earlier-shape delivery's entry does
-/// not name its app.
-enum OverdueEntry {
-    Known(Overdue),
-    LegacyDelivery(DeliveryId),
 }
 
 /// Items one list source reads at most per request (a filtered list
@@ -149,86 +139,43 @@ struct ListSource {
     filter: Vec<(&'static str, String)>,
 }
 
-/// The partitions a delivery list reads: the app's own (filtered by
-/// endpoint, status, event type), the by-status index for failed
-/// deliveries, and the index copies an earlier version wrote: of
-/// earlier-shape items (`DLV#`, which are not in the app's partitions) and
-/// of pending items (which are; the merge lists each delivery once).
+/// The partitions a delivery list reads: the by-status index for failed
+/// deliveries of any endpoint, else the app's own (filtered by endpoint,
+/// status, event type).
 fn list_sources(app: &AppId, q: &DeliveryQuery) -> Vec<ListSource> {
     let mut common = Vec::new();
     if let Some(t) = &q.event_type {
         common.push(("event_type", t.clone()));
     }
-    let by_status = |status: DeliveryStatus, filter: Vec<(&'static str, String)>| {
-        (0..SHARDS).map(move |shard| ListSource {
-            index: Some(GSI_BY_STATUS),
-            key: by_status_pk(app, status, shard),
-            filter: filter.clone(),
-        })
-    };
     let app_partitions = |filter: Vec<(&'static str, String)>| {
-        (0..DELIVERY_SHARDS).map(move |shard| ListSource {
-            index: None,
-            key: app_deliveries_pk(app, shard),
-            filter: filter.clone(),
-        })
+        (0..DELIVERY_SHARDS)
+            .map(move |shard| ListSource {
+                index: None,
+                key: app_deliveries_pk(app, shard),
+                filter: filter.clone(),
+            })
+            .collect()
     };
-    let status_filter = q
-        .status
-        .map(|st| ("status", st.as_str().to_owned()))
-        .into_iter();
     match (&q.endpoint_id, q.status) {
-        (Some(endpoint), _) => {
-            let mut filter = common.clone();
-            filter.extend(status_filter);
-            let mut own = filter.clone();
-            own.push(("endpoint_id", endpoint.as_str().to_owned()));
-            app_partitions(own)
-                .chain((0..SHARDS).map(|shard| ListSource {
-                    index: Some(GSI_BY_ENDPOINT),
-                    key: by_endpoint_pk(endpoint, shard),
-                    filter: filter.clone(),
-                }))
-                .collect()
-        }
         // Every failed one has an index copy.
-        (None, Some(DeliveryStatus::Failed)) => by_status(DeliveryStatus::Failed, common).collect(),
-        // Pending and delivered ones are in the app's partitions (and the
-        // index copies of an earlier version's items: earlier-shape ones
-        // of every status, pending ones of the current shape).
-        (None, Some(status)) => {
-            let mut own = common.clone();
-            own.extend(status_filter);
+        (None, Some(DeliveryStatus::Failed)) => (0..SHARDS)
+            .map(|shard| ListSource {
+                index: Some(GSI_BY_STATUS),
+                key: by_status_pk(app, DeliveryStatus::Failed, shard),
+                filter: common.clone(),
+            })
+            .collect(),
+        (endpoint, status) => {
+            let mut own = common;
+            own.extend(status.map(|st| ("status", st.as_str().to_owned())));
+            own.extend(
+                endpoint
+                    .iter()
+                    .map(|ep| ("endpoint_id", ep.as_str().to_owned())),
+            );
             app_partitions(own)
-                .chain(by_status(status, common))
-                .collect()
-        }
-        (None, None) => {
-            let mut legacy = common.clone();
-            legacy.push((PK, "DLV#".to_owned()));
-            app_partitions(common)
-                .chain(
-                    [
-                        DeliveryStatus::Pending,
-                        DeliveryStatus::Delivered,
-                        DeliveryStatus::Failed,
-                    ]
-                    .into_iter()
-                    .flat_map(|status| by_status(status, legacy.clone())),
-                )
-                .collect()
         }
     }
-}
-
-/// The table key (`PK`, `SK`) of an index entry (KEYS_ONLY entries carry it).
-fn table_key_of(item: &Item) -> Option<HashMap<String, AttributeValue>> {
-    let pk = text_of(item, PK)?;
-    let sk = text_of(item, SK)?;
-    Some(HashMap::from([
-        (PK.to_owned(), s(pk)),
-        (SK.to_owned(), s(sk)),
-    ]))
 }
 
 /// `item`'s string attribute `name`.
@@ -253,7 +200,7 @@ impl DynamoStore {
             retention,
             serial: Default::default(),
             sealer: None,
-            by_app_since: Default::default(),
+            format_checked: Default::default(),
         }
     }
 
@@ -455,7 +402,8 @@ impl DynamoStore {
     /// Writes the event a key's record names if it is missing, from the
     /// record (id, time, fan-out) and `new`'s payload (same request hash).
     async fn complete_keyed_event(&self, new: &NewEvent, keyed: KeyedEvent) -> Result<()> {
-        if self.event_item_of(&keyed.id).await?.is_some() {
+        let (pk, sk) = event_key(&keyed.id);
+        if self.get(pk, &sk).await?.is_some() {
             return Ok(());
         }
         let payload = hookline_core::model::body_data(&new.event.body)
@@ -484,22 +432,17 @@ impl DynamoStore {
         self.put_event_once(&completed, Utc::now()).await
     }
 
-    /// One step of a deferred fan-out on the event's item (`legacy`: of the
-    /// earlier shape) at `version`, with the deliveries it writes: one
-    /// transaction; `Ok(false)` when the event is not at that version.
+    /// One step of a deferred fan-out on the event's item at `version`,
+    /// with the deliveries it writes: one transaction; `Ok(false)` when the
+    /// event is not at that version.
     async fn materialise_at(
         &self,
         event_id: &EventId,
-        legacy: bool,
         version: u32,
         deliveries: &[Delivery],
         remaining: &[EndpointId],
     ) -> Result<bool> {
-        let (pk, sk) = if legacy {
-            legacy_event_key(event_id)
-        } else {
-            event_key(event_id)
-        };
+        let (pk, sk) = event_key(event_id);
         let mut update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::key(pk, &sk)))
@@ -508,17 +451,7 @@ impl DynamoStore {
             .expression_attribute_values(":next", AttributeValue::N((version + 1).to_string()))
             .expression_attribute_values(":rest", av(&remaining)?)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
-        let app = deliveries.first().map(|d| &d.app_id);
-        update = if let (true, true, Some(app)) = (legacy, remaining.is_empty(), app) {
-            // Done, earlier shape: from the overdue index to the event log
-            // (for replays; a new-shape event is in its day partition).
-            update
-                .update_expression(
-                    "SET fanout_version = :next, fanout_remaining = :rest, GSI3PK = :log, GSI3SK = :at REMOVE fanout",
-                )
-                .expression_attribute_values(":log", s(event_log_pk(event_id)))
-                .expression_attribute_values(":at", s(event_time_sk(Utc::now(), app, event_id)))
-        } else if remaining.is_empty() {
+        update = if remaining.is_empty() {
             update.update_expression(
                 "SET fanout_version = :next, fanout_remaining = :rest REMOVE fanout, GSI3PK, GSI3SK",
             )
@@ -551,26 +484,6 @@ impl DynamoStore {
             )),
             Err(TransactFailure::Other(err)) => Err(err),
         }
-    }
-
-    /// The reconciler's sweep marks (empty lists before the first sweep).
-    async fn sweep_marks(&self) -> Result<SweepMarks> {
-        match self.get(SWEEP_MARK_PK.to_owned(), SWEEP_MARK_SK).await? {
-            Some(item) => serde_dynamo::from_item::<_, SweepMarks>(item)
-                .map_err(|e| corrupt("sweep mark item", e)),
-            None => Ok(SweepMarks::default()),
-        }
-    }
-
-    /// An event's item in either shape (consistent reads): its day
-    /// partition, else where an earlier version wrote it.
-    async fn event_item_of(&self, id: &EventId) -> Result<Option<Item>> {
-        let (pk, sk) = event_key(id);
-        if let Some(item) = self.get(pk, &sk).await? {
-            return Ok(Some(item));
-        }
-        let (pk, sk) = legacy_event_key(id);
-        self.get(pk, &sk).await
     }
 
     /// Up to `limit` events of one event shard created in `[from, below)`
@@ -666,98 +579,41 @@ impl DynamoStore {
         mut along: Option<(&(String, String), &mut Option<Item>)>,
     ) -> Result<Option<Delivery>> {
         // Its item and (for a listed delivery, which has no item before its
-        // first attempt) the event that lists it: one request. On a cold
-        // start, when this version took over the table, alongside.
+        // first attempt) the event that lists it: one request.
         let mut keys = vec![delivery_key(app, id)];
         if let Some((event_id, _)) = id.fanout_origin().filter(|_| listed) {
             keys.push(event_key(&event_id));
         }
-        let base_keys = keys.len();
         if let Some((key, _)) = &along {
             keys.push((*key).clone());
         }
-        let mut round = 0;
-        let event = loop {
-            // Boxed: a deep handler's state machine must not overflow a
-            // thread's stack.
-            let (items, legacy_possible) =
-                Box::pin(self.items_and_legacy_possible(&keys, read, id)).await?;
-            keys.truncate(base_keys);
-            let (mut current, mut event) = (None, None);
-            for item in items {
-                let text = |name: &str| match item.get(name) {
-                    Some(serde_dynamo::AttributeValue::S(v)) => Some(v.as_str()),
-                    _ => None,
-                };
-                if let Some((key, slot)) = along.as_mut() {
-                    if text(PK) == Some(key.0.as_str()) && text("SK") == Some(key.1.as_str()) {
-                        **slot = Some(item);
-                        continue;
-                    }
-                }
-                match text(PK) {
-                    Some(pk) if pk.starts_with("DLA#") => current = Some(item),
-                    _ => event = Some(item),
+        // Boxed: a deep handler's state machine must not overflow a
+        // thread's stack.
+        let items = Box::pin(self.items_checking_format(&keys, read)).await?;
+        let (mut current, mut event) = (None, None);
+        for item in items {
+            if let Some((key, slot)) = along.as_mut() {
+                if text_of(&item, PK) == Some(key.0.as_str())
+                    && text_of(&item, SK) == Some(key.1.as_str())
+                {
+                    **slot = Some(item);
+                    continue;
                 }
             }
-            along = None;
-            if let Some(item) = current {
-                return schema::delivery_from_item(item).map(Some);
+            match text_of(&item, PK) {
+                Some(pk) if pk.starts_with("DLA#") => current = Some(item),
+                _ => event = Some(item),
             }
-            let event = event.map(schema::event_from_item).transpose()?;
-            let listed_by_event = match (&event, id.fanout_origin()) {
-                (Some(stored), Some((_, position))) => stored
-                    .listed_delivery(position)
-                    .is_some_and(|d| &d.id == id),
-                _ => false,
-            };
-            // An item of the earlier shape: for a delivery created before
-            // this version took over the table, and (looked up only when
-            // the new key misses, so it costs nothing in steady state) for
-            // one its event does not list, whatever its age: a producer's
-            // service may still run an earlier version of the outbox
-            // library, which writes its deliveries' items at the earlier key
-            // (a listed delivery's item is written by deliver alone).
-            let legacy = if legacy_possible || (listed && !listed_by_event) {
-                let (legacy_pk, legacy_sk) = legacy_delivery_key(id);
-                Box::pin(self.get(legacy_pk, &legacy_sk)).await?
-            } else {
-                None
-            };
-            let Some(item) = legacy else {
-                break event;
-            };
-            let delivery = schema::delivery_from_item(item)?;
-            if &delivery.app_id != app {
-                return Ok(None);
-            }
-            if Box::pin(self.move_legacy_delivery(&delivery)).await? {
-                return Ok(Some(delivery));
-            }
-            // Another reader moved it, or a writer changed it: read again.
-            if round == 2 {
-                return Err(PipelineError::store(
-                    format!("delivery {id} kept changing while it was moved to its app's partition; retry"),
-                    true,
-                ));
-            }
-            round += 1;
-        };
-        let Some((event_id, position)) = id.fanout_origin().filter(|_| listed) else {
+        }
+        if let Some(item) = current {
+            return schema::delivery_from_item(item).map(Some);
+        }
+        let Some((_, position)) = id.fanout_origin().filter(|_| listed) else {
             return Ok(None);
         };
-        let event = match event {
-            Some(stored) => Some(stored),
-            None => {
-                // An event of the earlier shape.
-                let (pk, sk) = legacy_event_key(&event_id);
-                self.get(pk, &sk)
-                    .await?
-                    .map(schema::event_from_item)
-                    .transpose()?
-            }
-        };
         Ok(event
+            .map(schema::event_from_item)
+            .transpose()?
             .and_then(|e| e.listed_delivery(position))
             .filter(|d| &d.id == id && &d.app_id == app))
     }
@@ -852,117 +708,212 @@ impl DynamoStore {
         }
     }
 
-    /// When this version (deliveries in their app's partitions) first used
-    /// the table: read once per process from the table's marker item, which
-    /// the first process to look writes.
-    pub async fn deliveries_by_app_since(&self) -> Result<DateTime<Utc>> {
-        self.by_app_since
+    /// Checks once per process that the table holds this build's storage
+    /// format ([`schema::TABLE_FORMAT`]); the first process to use a new
+    /// table writes its format item. Another format is
+    /// [`PipelineError::Format`]: the function fails its cold start naming
+    /// both, whatever it was about to do.
+    pub async fn check_format(&self) -> Result<()> {
+        self.format_checked
             .get_or_try_init(|| async {
-                if let Some(item) = self
-                    .get(DELIVERY_SHAPE_PK.to_owned(), DELIVERY_SHAPE_SK)
-                    .await?
-                {
-                    return schema::delivery_shape_from_item(item);
+                if let Some(item) = self.get(FORMAT_PK.to_owned(), FORMAT_SK).await? {
+                    return schema::check_format_item(item);
                 }
-                let now = Utc::now();
-                if self.put_absent(schema::delivery_shape_item(now)?).await? {
-                    return Ok(now);
+                if self.put_absent(schema::format_item(TABLE_FORMAT)?).await? {
+                    tracing::info!(
+                        format = TABLE_FORMAT,
+                        "a new table: its format item written"
+                    );
+                    return Ok(());
                 }
+                // Another process wrote it meanwhile.
                 let item = self
-                    .get(DELIVERY_SHAPE_PK.to_owned(), DELIVERY_SHAPE_SK)
+                    .get(FORMAT_PK.to_owned(), FORMAT_SK)
                     .await?
                     .ok_or_else(|| {
-                        PipelineError::store("the table's shape marker vanished", true)
+                        PipelineError::store("the table's format item vanished", true)
                     })?;
-                schema::delivery_shape_from_item(item)
+                schema::check_format_item(item)
             })
             .await
             .copied()
     }
 
-    /// Records that this version took over the table at `since` (a
-    /// benchmark of a table upgraded long ago; tests).
-    pub async fn set_deliveries_by_app_since(&self, since: DateTime<Utc>) -> Result<()> {
-        let _g = self.guard().await;
-        self.client()
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(into_sdk(schema::delivery_shape_item(since)?)))
-            .send()
-            .await
-            .map_err(|e| store_error("PutItem", e))?;
-        Ok(())
-    }
-
-    /// The items at `keys`, and whether `id` may have an item of the
-    /// earlier shape. The first time a process asks, the table's shape
-    /// marker is read in the same request (consistently, as all of it):
-    /// one round trip on one connection, where reading it alongside would
-    /// open a second connection on every cold start.
-    async fn items_and_legacy_possible(
+    /// The items at `keys`. The first time a process asks, the table's
+    /// format item is read in the same request (consistently, as all of
+    /// it) and checked: one round trip on one connection, where reading it
+    /// alongside would open a second connection on every cold start.
+    async fn items_checking_format(
         &self,
         keys: &[(String, String)],
         read: Read,
-        id: &DeliveryId,
-    ) -> Result<(Vec<Item>, bool)> {
-        if let Some(since) = self.by_app_since.get() {
-            let items = self.get_items(keys, read).await?;
-            return Ok((items, legacy_possible_at(id, *since)));
+    ) -> Result<Vec<Item>> {
+        if self.format_checked.get().is_some() {
+            return self.get_items(keys, read).await;
         }
-        let mut with_marker = keys.to_vec();
-        with_marker.push((DELIVERY_SHAPE_PK.to_owned(), DELIVERY_SHAPE_SK.to_owned()));
-        let mut items = self.get_items(&with_marker, Read::Consistent).await?;
-        let is_marker = |item: &Item| matches!(item.get(PK), Some(serde_dynamo::AttributeValue::S(pk)) if pk == DELIVERY_SHAPE_PK);
-        let since = match items.iter().position(is_marker) {
+        let mut with_format = keys.to_vec();
+        with_format.push((FORMAT_PK.to_owned(), FORMAT_SK.to_owned()));
+        let mut items = self.get_items(&with_format, Read::Consistent).await?;
+        match items.iter().position(schema::is_format_item) {
             Some(at) => {
-                let since = schema::delivery_shape_from_item(items.swap_remove(at))?;
-                // Another read of this process may have set it meanwhile:
-                // the same marker.
-                let _ = self.by_app_since.set(since);
-                since
+                schema::check_format_item(items.swap_remove(at))?;
+                // Another read of this process may have set it meanwhile.
+                let _ = self.format_checked.set(());
             }
-            // A table no process of this version has used yet: the marker
-            // is written (or, in a race, read) once.
-            None => self.deliveries_by_app_since().await?,
-        };
-        Ok((items, legacy_possible_at(id, since)))
+            // A table no process has used yet: written (or, in a race,
+            // read) once.
+            None => self.check_format().await?,
+        }
+        Ok(items)
     }
 
-    /// Moves a delivery item of the earlier shape (`DLV#{id}`) to its app's
-    /// partition, in one transaction: the item written there unless one
-    /// is, the old one deleted unless it changed since it was read (its
-    /// index copies go with it). `Ok(false)`: another reader moved it or a
-    /// writer changed it first (read it again).
-    async fn move_legacy_delivery(&self, delivery: &Delivery) -> Result<bool> {
-        let (legacy_pk, legacy_sk) = legacy_delivery_key(&delivery.id);
-        let put = outbox::put_if_absent(
-            &self.table,
-            schema::delivery_item(delivery, self.retention)?,
-        )?;
-        let delete = aws_sdk_dynamodb::types::Delete::builder()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(legacy_pk, &legacy_sk)))
-            .condition_expression(version_condition(delivery.version))
-            .expression_attribute_values(
-                ":expected_version",
-                AttributeValue::N(delivery.version.to_string()),
-            )
-            .build()
-            .map_err(|e| corrupt("delete", e))?;
-        match self
-            .transact(vec![
-                TransactWriteItem::builder().put(put).build(),
-                TransactWriteItem::builder().delete(delete).build(),
-            ])
-            .await
-        {
-            Ok(()) => {
-                tracing::info!(delivery_id = %delivery.id, app_id = %delivery.app_id, "delivery item of the earlier shape moved to its app's partition");
-                Ok(true)
-            }
-            Err(TransactFailure::Conditions(_) | TransactFailure::Contended) => Ok(false),
-            Err(TransactFailure::Other(err)) => Err(err),
+    /// One page of event shard `shard`'s day partitions (see
+    /// [`Store::sweep_page`]): one query of the day the position is in,
+    /// heads only; past a day's last page, the next day's start.
+    async fn sweep_days_page(
+        &self,
+        shard: u32,
+        position: &str,
+        floor: DateTime<Utc>,
+        cutoff: DateTime<Utc>,
+    ) -> Result<SweepPage> {
+        use serde_dynamo::AttributeValue as Value;
+        let floor_id = EventId::time_floor(floor);
+        let below = EventId::time_floor(cutoff);
+        let low = if position > floor_id.as_str() {
+            position.to_owned()
+        } else {
+            floor_id.as_str().to_owned()
+        };
+        let mut page = SweepPage::default();
+        if low.as_str() >= below.as_str() {
+            page.position = below.as_str().to_owned();
+            page.reached = cutoff;
+            page.done = true;
+            return Ok(page);
         }
+        let from = EventId::parse(&low)
+            .map(|id| id.created_at())
+            .unwrap_or(floor);
+        let day = day_start(from);
+        let query = Query::new(&self.table, "PK = :pk AND SK BETWEEN :low AND :below")
+            .eventually_consistent()
+            .value(":pk", Value::S(event_day_pk(day, shard)))
+            .value(":low", Value::S(low.clone()))
+            .value(":below", Value::S(below.as_str().to_owned()))
+            .projection(HEAD_PROJECTION)
+            .name("#sk", SK)
+            .filter("attribute_exists(listed)");
+        let answer = {
+            let _g = self.guard().await;
+            self.http.query(&query).await.map_err(direct_error)?
+        };
+        for item in answer.items {
+            // BETWEEN includes both ends: time floors are never ids, and
+            // the position was read before.
+            if text_of(&item, SK).is_some_and(|sk| sk == low || sk >= below.as_str()) {
+                continue;
+            }
+            match event_head(item) {
+                Ok(head) => page.events.push(head),
+                Err(key) => page.unreadable.push(key),
+            }
+        }
+        let next_day = day + chrono::TimeDelta::days(1);
+        match answer.last_evaluated_key.filter(|k| !k.is_empty()) {
+            Some(key) => {
+                let last = text_of(&key, SK)
+                    .ok_or_else(|| corrupt("query page", "no sort key in its last key"))?;
+                page.position = last.to_owned();
+                page.reached = EventId::parse(last).map_or(from, |id| id.created_at());
+            }
+            None if next_day < cutoff => {
+                page.position = EventId::time_floor(next_day).as_str().to_owned();
+                page.reached = next_day;
+            }
+            None => {
+                page.position = below.as_str().to_owned();
+                page.reached = cutoff;
+                page.done = true;
+            }
+        }
+        Ok(page)
+    }
+
+    /// One page of time-index shard `shard` (listed fan-outs written after
+    /// their creation), by written time: its entries, then their events'
+    /// heads by key.
+    async fn sweep_late_page(
+        &self,
+        shard: u32,
+        position: &str,
+        floor: DateTime<Utc>,
+        cutoff: DateTime<Utc>,
+    ) -> Result<SweepPage> {
+        use serde_dynamo::AttributeValue as Value;
+        let floor_key = due_time(floor);
+        let below = format!("{}#", due_time(cutoff));
+        let low = if position > floor_key.as_str() {
+            position.to_owned()
+        } else {
+            floor_key
+        };
+        let mut query = Query::new(
+            &self.table,
+            "GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below",
+        )
+        .index(GSI_OVERDUE)
+        .value(":pk", Value::S(sweep_pk_of_shard(shard)))
+        .value(":low", Value::S(low.clone()))
+        .value(":below", Value::S(below.clone()));
+        query.limit = Some(LATE_PAGE_LIMIT);
+        let answer = {
+            let _g = self.guard().await;
+            self.http.query(&query).await.map_err(direct_error)?
+        };
+        let mut page = SweepPage {
+            position: low.clone(),
+            ..SweepPage::default()
+        };
+        let mut keys = Vec::new();
+        for item in &answer.items {
+            let Some(sk) = text_of(item, "GSI3SK") else {
+                continue;
+            };
+            if sk == low || sk >= below.as_str() {
+                continue;
+            }
+            page.position = sk.to_owned();
+            match (text_of(item, PK), text_of(item, SK)) {
+                (Some(pk), Some(table_sk)) => keys.push((pk.to_owned(), table_sk.to_owned())),
+                _ => page.unreadable.push(sk.to_owned()),
+            }
+        }
+        // Eventually consistent: written a reconcile period ago at least.
+        for item in self
+            .batch_get(keys, false, Some("SK, app_id, created_at, targets"))
+            .await?
+        {
+            match event_head(item) {
+                Ok(head) if !head.targets.is_empty() => page.events.push(head),
+                Ok(_) => {}
+                Err(key) => page.unreadable.push(key),
+            }
+        }
+        match answer.last_evaluated_key.filter(|k| !k.is_empty()) {
+            Some(key) => {
+                if let Some(sk) = text_of(&key, "GSI3SK") {
+                    page.position = sk.to_owned();
+                }
+                page.reached = time_of_sort_key(&page.position).unwrap_or(floor);
+            }
+            None => {
+                page.position = due_time(cutoff);
+                page.reached = cutoff;
+                page.done = true;
+            }
+        }
+        Ok(page)
     }
 
     /// The item at (`pk`, `sk`), read consistently.
@@ -1049,45 +1000,6 @@ impl DynamoStore {
             .expression_attribute_values(":ep", s("EP#"))
     }
 
-    /// Up to `limit` GSI3 entries of partition `pk` with sort keys after
-    /// `after` (exclusive; `""`: from the start) and below `below`, oldest
-    /// first, each as `decode` reads it. An entry `decode` cannot read
-    /// (`None`) is logged and skipped: retrying cannot fix it, and it must not
-    /// stop the reconciler from reaching the others.
-    async fn gsi3_range<T>(
-        &self,
-        pk: String,
-        after: &str,
-        below: &str,
-        limit: usize,
-        decode: impl Fn(&Item, &str) -> Option<T>,
-    ) -> Result<Vec<T>> {
-        use serde_dynamo::AttributeValue as Value;
-        let query = if after.is_empty() {
-            Query::new(&self.table, "GSI3PK = :pk AND GSI3SK < :below")
-        } else {
-            Query::new(
-                &self.table,
-                "GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below",
-            )
-            .value(":low", Value::S(after.to_owned()))
-        }
-        .index(GSI_OVERDUE)
-        .value(":pk", Value::S(pk.clone()));
-        self.sorted_range(query, "GSI3SK", after, below, limit, |item, sk| {
-            let entry = decode(item, sk);
-            if entry.is_none() {
-                tracing::error!(
-                    index = %pk,
-                    pk = text_of(item, PK),
-                    "unreadable entry in the overdue index skipped"
-                );
-            }
-            entry
-        })
-        .await
-    }
-
     /// Up to `limit` items of `query` (its key condition, with `:below`
     /// bound here, and options) with `sort` keys after `after` (exclusive;
     /// `""`: none read yet) and below `below`, in key order, each as `keep`
@@ -1133,76 +1045,6 @@ impl DynamoStore {
             }
         }
         Ok(out)
-    }
-
-    /// Up to `limit` entries of one event time-index shard after `after`
-    /// (a sort key, exclusive) and below `below`, oldest first: their sort
-    /// keys (the next mark) and their events' table keys.
-    async fn sweep_shard(
-        &self,
-        shard: u32,
-        after: &str,
-        below: &str,
-        limit: usize,
-    ) -> Result<Vec<(String, HashMap<String, AttributeValue>)>> {
-        self.gsi3_range(sweep_pk_of_shard(shard), after, below, limit, |item, sk| {
-            Some((sk.to_owned(), table_key_of(item)?))
-        })
-        .await
-    }
-
-    /// Up to `limit` entries of one overdue-index shard due before `below`,
-    /// oldest first, with their sort keys (due time first). A delivery of
-    /// the earlier shape comes without its app (its key does not say it).
-    async fn overdue_in_shard(
-        &self,
-        shard: u32,
-        below: &str,
-        limit: usize,
-    ) -> Result<Vec<(String, OverdueEntry)>> {
-        self.gsi3_range(due_pk_of_shard(shard), "", below, limit, |item, sk| {
-            // A KEYS_ONLY entry always has the table key.
-            let pk = text_of(item, PK)?;
-            let table_sk = text_of(item, SK)?;
-            let entry = if let Some((app, id)) = schema::delivery_of_key(pk, table_sk) {
-                Some(match app {
-                    Some(app) => OverdueEntry::Known(Overdue::Delivery(app, id)),
-                    None => OverdueEntry::LegacyDelivery(id),
-                })
-            } else if pk.starts_with("EVT#") || pk.starts_with("EVD#") {
-                event_id_of_key(pk, table_sk).map(|id| OverdueEntry::Known(Overdue::Event(id)))
-            } else if let Some(id) = pk.strip_prefix("RPL#") {
-                ReplayId::parse(id)
-                    .ok()
-                    .map(|id| OverdueEntry::Known(Overdue::Replay(id)))
-            } else {
-                None
-            }?;
-            Some((sk.to_owned(), entry))
-        })
-        .await
-    }
-
-    /// The apps of earlier-shape delivery items (by id), read from the
-    /// items; one gone meanwhile is left out.
-    async fn apps_of_legacy_deliveries(
-        &self,
-        ids: &[DeliveryId],
-    ) -> Result<HashMap<DeliveryId, AppId>> {
-        let keys = ids.iter().map(legacy_delivery_key).collect();
-        let items = self.batch_get(keys, false, Some("id, app_id")).await?;
-        let mut apps = HashMap::new();
-        for item in items {
-            #[derive(serde::Deserialize)]
-            struct Owner {
-                id: DeliveryId,
-                app_id: AppId,
-            }
-            let owner: Owner =
-                serde_dynamo::from_item(item).map_err(|e| corrupt("delivery item", e))?;
-            apps.insert(owner.id, owner.app_id);
-        }
-        Ok(apps)
     }
 
     /// Up to `wanted` deliveries of one list source, newest first, with
@@ -1267,18 +1109,11 @@ impl DynamoStore {
             if !source.filter.is_empty() {
                 let mut terms = Vec::new();
                 for (attr, value) in &source.filter {
-                    if *attr == PK {
-                        terms.push("begins_with(#pk_prefix, :legacy)".to_owned());
-                        q = q
-                            .expression_attribute_names("#pk_prefix", PK)
-                            .expression_attribute_values(":legacy", s(value.as_str()));
-                    } else {
-                        let (name, val) = (format!("#f_{attr}"), format!(":f_{attr}"));
-                        terms.push(format!("{name} = {val}"));
-                        q = q
-                            .expression_attribute_names(&name, *attr)
-                            .expression_attribute_values(&val, s(value.as_str()));
-                    }
+                    let (name, val) = (format!("#f_{attr}"), format!(":f_{attr}"));
+                    terms.push(format!("{name} = {val}"));
+                    q = q
+                        .expression_attribute_names(&name, *attr)
+                        .expression_attribute_values(&val, s(value.as_str()));
                 }
                 q = q.filter_expression(terms.join(" AND "));
             }
@@ -1777,7 +1612,7 @@ impl Store for DynamoStore {
             None => request.update_expression("REMOVE failing_since ADD version :one"),
         };
         let request = request
-            .condition_expression(version_condition(expected_version))
+            .condition_expression(VERSION_CONDITION)
             .expression_attribute_values(
                 ":expected_version",
                 AttributeValue::N(expected_version.to_string()),
@@ -1833,30 +1668,16 @@ impl Store for DynamoStore {
 
     async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
         let keys = ids.iter().map(event_key).collect();
-        let mut events = self
-            .batch_get(keys, true, None)
+        self.batch_get(keys, true, None)
             .await?
             .into_iter()
             .map(schema::event_from_item)
-            .collect::<Result<Vec<_>>>()?;
-        if events.len() < ids.len() {
-            // The others may be of the earlier shape.
-            let found: std::collections::HashSet<&EventId> =
-                events.iter().map(|e| &e.event.id).collect();
-            let legacy: Vec<_> = ids
-                .iter()
-                .filter(|id| !found.contains(id))
-                .map(legacy_event_key)
-                .collect();
-            for item in self.batch_get(legacy, true, None).await? {
-                events.push(schema::event_from_item(item)?);
-            }
-        }
-        Ok(events)
+            .collect()
     }
 
     async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
-        self.event_item_of(id)
+        let (pk, sk) = event_key(id);
+        self.get(pk, &sk)
             .await?
             .map(schema::event_from_item)
             .transpose()
@@ -1869,19 +1690,7 @@ impl Store for DynamoStore {
         deliveries: &[Delivery],
         remaining: &[EndpointId],
     ) -> Result<bool> {
-        if self
-            .materialise_at(event_id, false, version, deliveries, remaining)
-            .await?
-        {
-            return Ok(true);
-        }
-        // Not at that version in its day partition; an event of the earlier
-        // shape is where it was written.
-        let (pk, sk) = event_key(event_id);
-        if self.get(pk, &sk).await?.is_some() {
-            return Ok(false);
-        }
-        self.materialise_at(event_id, true, version, deliveries, remaining)
+        self.materialise_at(event_id, version, deliveries, remaining)
             .await
     }
 
@@ -1912,10 +1721,8 @@ impl Store for DynamoStore {
             .flat_map(|(rows, _)| rows)
             .filter(|d| floor.as_deref().is_none_or(|f| d.id.as_str() >= f))
             .collect();
-        // Newest first; the app's partitions come first among equal ids
-        // (a delivery of the earlier shape moved meanwhile is listed once).
+        // Newest first.
         rows.sort_by(|a, b| b.id.cmp(&a.id));
-        rows.dedup_by(|a, b| a.id == b.id);
         let next_cursor = if rows.len() > limit {
             rows.truncate(limit);
             rows.last().map(|d| d.id.clone())
@@ -1985,18 +1792,19 @@ impl Store for DynamoStore {
     async fn update_delivery(&self, d: &Delivery, expected_version: u64) -> Result<bool> {
         if expected_version == 0 {
             // The first write of a listed delivery creates its item; an item
-            // at version 0 (written before versions, or materialised) is
-            // replaced whole. Either way, only from version 0.
+            // at version 0 (materialised) is replaced whole. Either way, only
+            // from version 0.
             let item = schema::delivery_item(d, self.retention)?;
             let _g = self.guard().await;
             let result = self
                 .http
                 .put_item(
                     &Put::new(&self.table, &item)
-                        .condition(
-                            "attribute_not_exists(PK) OR attribute_not_exists(version) OR version = :expected_version",
-                        )
-                        .value(":expected_version", serde_dynamo::AttributeValue::N("0".into())),
+                        .condition("attribute_not_exists(PK) OR version = :expected_version")
+                        .value(
+                            ":expected_version",
+                            serde_dynamo::AttributeValue::N("0".into()),
+                        ),
                 )
                 .await;
             return direct_condition_to_bool(result);
@@ -2023,8 +1831,7 @@ impl Store for DynamoStore {
             (":version", Value::N(d.version.to_string())),
             (":expected_version", Value::N(expected_version.to_string())),
         ];
-        // In the by-status index if failed (an earlier version's pending
-        // copy leaves it too).
+        // In the by-status index if failed.
         match schema::status_index_key(d) {
             Some(gsi2) => {
                 set.extend(["GSI2PK = :gsi2", "GSI2SK = :gsi2sk"]);
@@ -2076,7 +1883,7 @@ impl Store for DynamoStore {
         }
         // Each retry's outcome: on the direct client.
         let mut update = crate::dynamo_http::Update::new(&self.table, &pk, &sk, expression)
-            .condition(version_condition(expected_version))
+            .condition(VERSION_CONDITION)
             .name("#status", "status");
         for (name, value) in values {
             update = update.value(name, value);
@@ -2091,180 +1898,172 @@ impl Store for DynamoStore {
         restarted_at: DateTime<Utc>,
     ) -> Result<()> {
         let until = schema::event_expiry_after(restarted_at, self.retention);
-        for (pk, sk) in [event_key(id), legacy_event_key(id)] {
-            let _g = self.guard().await;
-            let result = self
-                .client()
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(Self::key(pk, &sk)))
-                .update_expression("SET expires_at = :until")
-                .condition_expression("attribute_exists(PK) AND expires_at < :until")
-                .expression_attribute_values(":until", AttributeValue::N(until.to_string()))
-                .send()
-                .await;
-            // Not extended: already kept long enough, or not there (then
-            // the earlier shape is tried; a gone event makes deliver fail
-            // the delivery visibly: "event not found"). A manual restart is
-            // rare: the second, conditional write is cheap enough.
-            if condition_to_bool(result, "UpdateItem")? {
-                return Ok(());
-            }
-        }
-        Ok(())
+        let (pk, sk) = event_key(id);
+        let _g = self.guard().await;
+        let result = self
+            .client()
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(pk, &sk)))
+            .update_expression("SET expires_at = :until")
+            .condition_expression("attribute_exists(PK) AND expires_at < :until")
+            .expression_attribute_values(":until", AttributeValue::N(until.to_string()))
+            .send()
+            .await;
+        // Not extended: already kept long enough, or not there (a gone
+        // event makes deliver fail the delivery visibly: "event not
+        // found").
+        condition_to_bool(result, "UpdateItem").map(|_| ())
     }
 
-    async fn overdue(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Vec<Overdue>> {
+    fn overdue_shards(&self) -> u32 {
+        DUE_SHARDS
+    }
+
+    async fn overdue_page(
+        &self,
+        shard: u32,
+        cutoff: DateTime<Utc>,
+        position: &str,
+    ) -> Result<OverduePage> {
+        use serde_dynamo::AttributeValue as Value;
         // `#` sorts after every digit: all entries due strictly before cutoff.
         let below = format!("{}#", due_time(cutoff));
-        // The shards are read a few at a time (see `SHARD_READS_AT_ONCE`),
-        // each up to `limit`; the merge keeps the `limit` oldest over all
-        // shards.
-        let shards = (0..DUE_SHARDS).map(|shard| self.overdue_in_shard(shard, &below, limit));
-        let mut due: Vec<(String, OverdueEntry)> = futures::stream::iter(shards)
-            .buffered(SHARD_READS_AT_ONCE)
-            .try_collect::<Vec<_>>()
-            .await?
-            .into_iter()
-            .flatten()
-            .collect();
-        due.sort_by(|a, b| a.0.cmp(&b.0));
-        due.truncate(limit);
-        let legacy: Vec<DeliveryId> = due
-            .iter()
-            .filter_map(|(_, entry)| match entry {
-                OverdueEntry::LegacyDelivery(id) => Some(id.clone()),
-                OverdueEntry::Known(_) => None,
-            })
-            .collect();
-        let apps = if legacy.is_empty() {
-            HashMap::new()
+        let mut query = if position.is_empty() {
+            Query::new(&self.table, "GSI3PK = :pk AND GSI3SK < :below")
         } else {
-            self.apps_of_legacy_deliveries(&legacy).await?
+            Query::new(
+                &self.table,
+                "GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below",
+            )
+            .value(":low", Value::S(position.to_owned()))
+        }
+        .index(GSI_OVERDUE)
+        .value(":pk", Value::S(due_pk_of_shard(shard)))
+        .value(":below", Value::S(below.clone()));
+        query.limit = Some(OVERDUE_PAGE_LIMIT);
+        let page = {
+            let _g = self.guard().await;
+            self.http.query(&query).await.map_err(direct_error)?
         };
-        Ok(due
+        let mut out = OverduePage {
+            position: position.to_owned(),
+            ..OverduePage::default()
+        };
+        for item in &page.items {
+            let Some(sk) = text_of(item, "GSI3SK") else {
+                out.unreadable += 1;
+                continue;
+            };
+            // BETWEEN includes both ends: the position was read before.
+            if sk == position || sk >= below.as_str() {
+                continue;
+            }
+            out.position = sk.to_owned();
+            let entry = (|| {
+                let due = time_of_sort_key(sk)?;
+                let pk = text_of(item, PK)?;
+                let table_sk = text_of(item, SK)?;
+                let what = if let Some((app, id)) = schema::delivery_of_key(pk, table_sk) {
+                    Overdue::Delivery(app, id)
+                } else if let Some(id) = event_id_of_key(pk, table_sk) {
+                    Overdue::Event(id)
+                } else {
+                    Overdue::Replay(ReplayId::parse(pk.strip_prefix("RPL#")?).ok()?)
+                };
+                Some((due, what))
+            })();
+            match entry {
+                Some(entry) => out.entries.push(entry),
+                None => {
+                    tracing::error!(
+                        shard,
+                        sort_key = sk,
+                        pk = text_of(item, PK),
+                        "unreadable entry in the overdue index stepped over"
+                    );
+                    out.unreadable += 1;
+                }
+            }
+        }
+        match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+            Some(key) => {
+                if let Some(sk) = text_of(&key, "GSI3SK") {
+                    out.position = sk.to_owned();
+                }
+            }
+            None => out.done = true,
+        }
+        Ok(out)
+    }
+
+    fn sweep_sources(&self) -> Vec<SweepSource> {
+        (0..EVENT_SHARDS)
+            .map(SweepSource::Days)
+            .chain((0..DUE_SHARDS).map(SweepSource::Late))
+            .collect()
+    }
+
+    async fn sweep_page(
+        &self,
+        source: SweepSource,
+        position: &str,
+        floor: DateTime<Utc>,
+        cutoff: DateTime<Utc>,
+    ) -> Result<SweepPage> {
+        match source {
+            SweepSource::Days(shard) => self.sweep_days_page(shard, position, floor, cutoff).await,
+            SweepSource::Late(shard) => self.sweep_late_page(shard, position, floor, cutoff).await,
+        }
+    }
+
+    async fn sweep_marks(&self) -> Result<SweepMarks> {
+        let Some(item) = self.get(SWEEP_MARK_PK.to_owned(), SWEEP_MARK_SK).await? else {
+            return Ok(SweepMarks::new());
+        };
+        #[derive(serde::Deserialize)]
+        struct Mark {
+            position: String,
+            reached: DateTime<Utc>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Row {
+            marks: std::collections::BTreeMap<String, Mark>,
+        }
+        let row: Row = serde_dynamo::from_item(item).map_err(|e| corrupt("sweep mark item", e))?;
+        row.marks
             .into_iter()
-            .filter_map(|(_, entry)| match entry {
-                OverdueEntry::Known(entry) => Some(entry),
-                OverdueEntry::LegacyDelivery(id) => {
-                    let app = apps.get(&id)?.clone();
-                    Some(Overdue::Delivery(app, id))
-                }
+            .map(|(source, mark)| {
+                Ok((
+                    source.parse()?,
+                    hookline_pipeline::ports::SweepMark {
+                        position: mark.position,
+                        reached: mark.reached,
+                    },
+                ))
             })
-            .collect())
+            .collect()
     }
 
-    async fn sweep_events(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Sweep> {
-        let before = self.sweep_marks().await?;
-        // `#` sorts after every digit: every entry written before the cutoff.
-        let below = format!("{}#", due_time(cutoff));
-        let below_id = EventId::time_floor(cutoff);
-        // Before the first sweep of the day partitions: from as far back as
-        // an event can still be kept.
-        let lookback =
-            chrono::TimeDelta::from_std(self.retention).map_err(|e| corrupt("retention", e))?;
-        let first = EventId::time_floor(cutoff - lookback);
-        let per_shard = limit.div_ceil((DUE_SHARDS + EVENT_SHARDS) as usize).max(1);
-        let indexed = (0..DUE_SHARDS).map(|shard| {
-            let after = before
-                .marks
-                .get(shard as usize)
-                .cloned()
-                .unwrap_or_default();
-            let below = below.clone();
-            async move { self.sweep_shard(shard, &after, &below, per_shard).await }
-        });
-        let by_day = (0..EVENT_SHARDS).map(|shard| {
-            let after = before
-                .event_marks
-                .get(shard as usize)
-                .cloned()
-                .unwrap_or_default();
-            let (first, below_id) = (&first, &below_id);
-            async move {
-                self.events_by_time(shard, &after, first, below_id, per_shard, usize::MAX)
-                    .await
-            }
-        });
-        let (indexed, by_day) = futures::future::try_join(
-            futures::stream::iter(indexed)
-                .buffered(SHARD_READS_AT_ONCE / 2)
-                .try_collect::<Vec<_>>(),
-            futures::stream::iter(by_day)
-                .buffered(SHARD_READS_AT_ONCE / 2)
-                .try_collect::<Vec<_>>(),
-        )
-        .await?;
-        let mut next = SweepMarks {
-            marks: before.marks.clone(),
-            event_marks: before.event_marks.clone(),
-        };
-        next.marks.resize(DUE_SHARDS as usize, String::new());
-        next.event_marks
-            .resize(EVENT_SHARDS as usize, String::new());
-        let mut complete = true;
-        let mut keys = Vec::new();
-        for (shard, entries) in indexed.into_iter().enumerate() {
-            if entries.len() >= per_shard {
-                complete = false;
-            }
-            if let Some((last, _)) = entries.last() {
-                next.marks[shard].clone_from(last);
-            }
-            for (_, key) in entries {
-                keys.push(table_key(&key)?);
-            }
-        }
-        // Eventually consistent: these events were written long ago.
-        let mut items = self.batch_get(keys, false, None).await?;
-        for (shard, (found, next_mark)) in by_day.into_iter().enumerate() {
-            match next_mark {
-                Some(mark) => {
-                    complete = false;
-                    next.event_marks[shard] = mark;
-                }
-                // Every event of the shard created before the cutoff is read.
-                None => next.event_marks[shard] = below_id.as_str().to_owned(),
-            }
-            items.extend(found);
-        }
-        // Listed fan-outs only, each once (one written late is in its day
-        // partition and in the time index).
-        let mut events = std::collections::BTreeMap::new();
-        for item in items {
-            match schema::event_from_item(item) {
-                Ok(event) if !event.targets.is_empty() => {
-                    events.insert(event.event.id.clone(), event);
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    tracing::error!(error = %hookline_core::error::Chain(&err), "unreadable event skipped by the sweep")
-                }
-            }
-        }
-        let moved = next.marks != before.marks || next.event_marks != before.event_marks;
-        let mark = serde_json::to_string(&next).map_err(|e| corrupt("sweep mark", e))?;
-        Ok(Sweep {
-            events: events.into_values().collect(),
-            mark,
-            complete,
-            moved,
-        })
-    }
-
-    async fn commit_sweep(&self, mark: &str) -> Result<()> {
+    async fn save_sweep_marks(&self, marks: &SweepMarks) -> Result<()> {
         use serde_dynamo::AttributeValue as Value;
-        let marks: SweepMarks = serde_json::from_str(mark).map_err(|e| corrupt("sweep mark", e))?;
-        let list = |marks: &[String]| Value::L(marks.iter().cloned().map(Value::S).collect());
+        let map = marks
+            .iter()
+            .map(|(source, mark)| {
+                let fields = HashMap::from([
+                    ("position".to_owned(), Value::S(mark.position.clone())),
+                    ("reached".to_owned(), Value::S(mark.reached.to_rfc3339())),
+                ]);
+                (source.to_string(), Value::M(fields))
+            })
+            .collect();
         let item: Item = HashMap::from([
             (PK.to_owned(), Value::S(SWEEP_MARK_PK.to_owned())),
             (SK.to_owned(), Value::S(SWEEP_MARK_SK.to_owned())),
             ("kind".to_owned(), Value::S("sweep_mark".to_owned())),
-            ("marks".to_owned(), list(&marks.marks)),
-            ("event_marks".to_owned(), list(&marks.event_marks)),
+            ("marks".to_owned(), Value::M(map)),
         ])
         .into();
-        // On the direct client: every reconciler run writes it.
         let _g = self.guard().await;
         self.http
             .put_item(&Put::new(&self.table, &item))
@@ -2272,27 +2071,23 @@ impl Store for DynamoStore {
             .map_err(direct_error)
     }
 
-    async fn delivery_items_among(&self, deliveries: &[Delivery]) -> Result<Vec<DeliveryId>> {
+    async fn delivery_items_among(
+        &self,
+        deliveries: &[(AppId, DeliveryId)],
+    ) -> Result<Vec<DeliveryId>> {
         if deliveries.is_empty() {
             return Ok(Vec::new());
         }
         // Grouped by their app's partition: where a partition holds many of
         // them, one range of it is read (a query is charged by the bytes it
         // reads, a few items per unit, where a read by key is a unit each);
-        // the others by key. Also at their earlier key (for a delivery old
-        // enough to have one): such an item is moved only when next read by
-        // id.
-        let since = self.deliveries_by_app_since().await?;
+        // the others by key.
         let mut groups: std::collections::BTreeMap<String, Vec<&DeliveryId>> =
             std::collections::BTreeMap::new();
         let mut keys = Vec::new();
-        for d in deliveries {
-            let (pk, _) = delivery_key(&d.app_id, &d.id);
-            groups.entry(pk).or_default().push(&d.id);
-            if legacy_possible_at(&d.id, since) {
-                let (legacy_pk, legacy_sk) = legacy_delivery_key(&d.id);
-                keys.push((legacy_pk, legacy_sk));
-            }
+        for (app, id) in deliveries {
+            let (pk, _) = delivery_key(app, id);
+            groups.entry(pk).or_default().push(id);
         }
         let mut found = Vec::new();
         for (pk, ids) in groups {
@@ -2336,49 +2131,15 @@ impl Store for DynamoStore {
         limit: usize,
     ) -> Result<EventWindow> {
         // Every event is in its creation day's partitions, sorted by id
-        // (time). Events of the earlier shape are in the time index (listed
-        // fan-outs) or the event log (the others), by the time they were
-        // written, which is at or after their creation: read up to
-        // WINDOW_WRITE_SLACK past `until` there, keep creation times in the
-        // window. The position holds a mark per index partition, then one
-        // per event shard.
-        let partitions: Vec<String> = (0..DUE_SHARDS)
-            .map(sweep_pk_of_shard)
-            .chain((0..DUE_SHARDS).map(event_log_pk_of_shard))
-            .collect();
+        // (time), whenever it was written. The position holds a mark per
+        // event shard.
         let mut marks: Vec<String> = if position.is_empty() {
             Vec::new()
         } else {
             serde_json::from_str(position).map_err(|e| corrupt("replay position", e))?
         };
-        marks.resize(partitions.len() + EVENT_SHARDS as usize, String::new());
-        let (index_marks, day_marks) = marks.split_at_mut(partitions.len());
-        let floor = due_time(since);
-        let since_ms = DateTime::from_timestamp_millis(since.timestamp_millis()).unwrap_or(since);
-        let below = due_time(until + WINDOW_WRITE_SLACK);
-        let per_partition = limit
-            .div_ceil(partitions.len() + EVENT_SHARDS as usize)
-            .max(1);
-        let reads = partitions.iter().zip(index_marks.iter()).map(|(pk, mark)| {
-            let after = if mark.is_empty() {
-                floor.clone()
-            } else {
-                mark.clone()
-            };
-            let below = below.clone();
-            async move {
-                self.gsi3_range(pk.clone(), &after, &below, per_partition, |item, sk| {
-                    let (entry_app, id) = parse_event_time_sk(sk)?;
-                    Some((
-                        sk.to_owned(),
-                        entry_app.map(str::to_owned),
-                        id,
-                        table_key_of(item)?,
-                    ))
-                })
-                .await
-            }
-        });
+        marks.resize(EVENT_SHARDS as usize, String::new());
+        let per_partition = limit.div_ceil(EVENT_SHARDS as usize).max(1);
         // Nothing is kept longer than the retention (an event's TTL; a
         // manual restart extends it, but a replay is for what was missed):
         // the day partitions are read from then at the earliest, ten days per
@@ -2387,7 +2148,7 @@ impl Store for DynamoStore {
             chrono::TimeDelta::from_std(self.retention).map_err(|e| corrupt("retention", e))?;
         let from = EventId::time_floor(since.max(Utc::now() - kept - chrono::TimeDelta::days(1)));
         let below_id = EventId::time_floor(until);
-        let days = day_marks.iter().enumerate().map(|(shard, after)| {
+        let days = marks.iter().enumerate().map(|(shard, after)| {
             let (from, below_id) = (&from, &below_id);
             async move {
                 self.events_by_time(
@@ -2401,33 +2162,10 @@ impl Store for DynamoStore {
                 .await
             }
         });
-        let (found, by_day) = futures::future::try_join(
-            futures::future::try_join_all(reads),
-            futures::future::try_join_all(days),
-        )
-        .await?;
+        let by_day = futures::future::try_join_all(days).await?;
         let mut complete = true;
-        let mut wanted = Vec::new();
-        for (mark, entries) in index_marks.iter_mut().zip(found) {
-            if entries.len() >= per_partition {
-                complete = false;
-            }
-            if let Some((last, _, _, _)) = entries.last() {
-                mark.clone_from(last);
-            }
-            for (_, _, _, key) in entries.into_iter().filter(|(_, entry_app, id, _)| {
-                // An id carries its creation time to the millisecond:
-                // compared at that precision here, the event's own time
-                // decides below.
-                entry_app.as_deref().is_none_or(|a| a == app.as_str())
-                    && id.created_at() >= since_ms
-                    && id.created_at() < until
-            }) {
-                wanted.push(table_key(&key)?);
-            }
-        }
-        let mut items = self.batch_get(wanted, false, None).await?;
-        for (mark, (found, next_mark)) in day_marks.iter_mut().zip(by_day) {
+        let mut events = Vec::new();
+        for (mark, (found, next_mark)) in marks.iter_mut().zip(by_day) {
             match next_mark {
                 Some(next) => {
                     complete = false;
@@ -2435,21 +2173,17 @@ impl Store for DynamoStore {
                 }
                 None => *mark = below_id.as_str().to_owned(),
             }
-            items.extend(found);
-        }
-        // Each event once (one written late is in its day partition and in
-        // the time index).
-        let mut events = std::collections::BTreeMap::new();
-        for item in items {
-            let stored = schema::event_from_item(item)?;
-            let created = stored.event.created_at;
-            if &stored.event.app_id == app && created >= since && created < until {
-                events.insert(stored.event.id.clone(), stored);
+            for item in found {
+                let stored = schema::event_from_item(item)?;
+                let created = stored.event.created_at;
+                if &stored.event.app_id == app && created >= since && created < until {
+                    events.push(stored);
+                }
             }
         }
         let position = serde_json::to_string(&marks).map_err(|e| corrupt("replay position", e))?;
         Ok(EventWindow {
-            events: events.into_values().collect(),
+            events,
             position,
             complete,
         })
@@ -2613,21 +2347,14 @@ fn direct_condition_to_bool(
     }
 }
 
-/// The optimistic-concurrency condition on `version` (items written before
-/// versions existed have none and count as version 0).
-fn version_condition(expected: u64) -> &'static str {
-    if expected == 0 {
-        "attribute_exists(PK) AND (attribute_not_exists(version) OR version = :expected_version)"
-    } else {
-        "attribute_exists(PK) AND version = :expected_version"
-    }
-}
+/// The optimistic-concurrency condition on `version`.
+const VERSION_CONDITION: &str = "attribute_exists(PK) AND version = :expected_version";
 
 fn versioned(
     request: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
     expected: u64,
 ) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
     request
-        .condition_expression(version_condition(expected))
+        .condition_expression(VERSION_CONDITION)
         .expression_attribute_values(":expected_version", AttributeValue::N(expected.to_string()))
 }

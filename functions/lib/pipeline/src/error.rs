@@ -45,6 +45,10 @@ pub enum PipelineError {
     Corrupt(String),
     #[error("configuration")]
     Config(#[from] crate::settings::ConfigError),
+    /// The table holds another storage format than this build reads: the
+    /// function refuses to start (no migration, no fallback to older keys).
+    #[error("the table holds storage format {table}; this build reads format {build} only (deploy the build of format {table}, or this build on a new table)")]
+    Format { table: u32, build: u32 },
 }
 
 impl PipelineError {
@@ -83,7 +87,8 @@ impl PipelineError {
             | Self::NotFound(_)
             | Self::Conflict(_)
             | Self::Corrupt(_)
-            | Self::Config(_) => false,
+            | Self::Config(_)
+            | Self::Format { .. } => false,
         }
     }
 }

@@ -51,8 +51,17 @@ struct StoreState {
     /// Delivery item reads so far: (consistent, eventually consistent).
     item_reads: (u32, u32),
     deliveries: HashMap<DeliveryId, Delivery>,
-    /// The reconciler's sweep mark: the last event id it checked.
-    sweep_mark: Option<EventId>,
+    /// Every event by (shard, id): the day partitions' order, for the sweep.
+    event_order: std::collections::BTreeSet<(u32, EventId)>,
+    /// The reconciler's sweep marks.
+    sweep_marks: SweepMarks,
+    /// Events the sweep reads as unreadable items (poison).
+    poison_events: std::collections::HashSet<EventId>,
+    /// How long each sweep or overdue page takes (a slow table, on tokio's
+    /// clock: a paused test clock advances by it).
+    page_delay: Duration,
+    /// Sweep and overdue pages read so far.
+    pages_read: u32,
     idempotency: HashMap<(AppId, String), IdempotencyRecord>,
     api_keys: HashMap<ApiKeyId, ApiKey>,
     /// Per endpoint: its hours' counts and its waiting gauge.
@@ -64,6 +73,47 @@ struct StoreState {
     catalog: std::collections::BTreeMap<String, EventTypeDef>,
 }
 
+impl StoreState {
+    fn put_event(&mut self, e: StoredEvent) {
+        self.event_order.insert((
+            memory_shard(e.event.id.as_str(), MEMORY_SHARDS),
+            e.event.id.clone(),
+        ));
+        self.events.insert(e.event.id.clone(), e);
+    }
+}
+
+/// Shards of the in-memory event order and overdue index (as the
+/// DynamoDB store's `EVENT_SHARDS` and `DUE_SHARDS`).
+pub const MEMORY_SHARDS: u32 = 8;
+/// A page of the in-memory store reads at most this many bytes of items
+/// (DynamoDB's 1 MB per query page, counted on the item before projection).
+pub const PAGE_BYTES: usize = 1 << 20;
+/// An overdue page holds at most this many entries (the DynamoDB store's
+/// query limit on the KEYS_ONLY index).
+pub const OVERDUE_PAGE_ENTRIES: usize = 1000;
+
+/// FNV-1a of `text` modulo `n` (the DynamoDB store's sharding hash).
+fn memory_shard(text: &str, n: u32) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in text.bytes() {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash % n
+}
+
+/// An item's size as DynamoDB bills its read: the body and about 200 bytes
+/// of keys and attributes.
+fn event_item_bytes(e: &StoredEvent) -> usize {
+    e.event.body.len() + 200 + 30 * e.targets.len()
+}
+
+/// A fixed-width sort key of an overdue entry (due time, then id).
+fn due_position(due: DateTime<Utc>, id: &str) -> String {
+    format!("{}#{id}", due.format("%Y-%m-%dT%H:%M:%S%.6fZ"))
+}
+
 /// An in-memory [`Store`].
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -71,12 +121,24 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// Counts a page and waits its delay (see [`Self::slow_pages`]).
+    async fn page_taken(&self) {
+        let delay = {
+            let mut s = lock(&self.state);
+            s.pages_read += 1;
+            s.page_delay
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     pub fn insert_delivery(&self, d: Delivery) {
         lock(&self.state).deliveries.insert(d.id.clone(), d);
     }
 
     pub fn insert_event(&self, e: StoredEvent) {
-        lock(&self.state).events.insert(e.event.id.clone(), e);
+        lock(&self.state).put_event(e);
     }
 
     /// Every delivery as the store answers for it: the written ones, and
@@ -142,6 +204,27 @@ impl MemoryStore {
 
     pub fn endpoint(&self, id: &EndpointId) -> Option<Endpoint> {
         lock(&self.state).endpoints.get(id).cloned()
+    }
+
+    /// The sweep reads `id`'s item as unreadable (poison), and reading the
+    /// event whole fails as corrupt.
+    pub fn poison_event(&self, id: &EventId) {
+        lock(&self.state).poison_events.insert(id.clone());
+    }
+
+    /// Every sweep and overdue page takes `delay` from now on.
+    pub fn slow_pages(&self, delay: Duration) {
+        lock(&self.state).page_delay = delay;
+    }
+
+    /// Sweep and overdue pages read so far.
+    pub fn pages_read(&self) -> u32 {
+        lock(&self.state).pages_read
+    }
+
+    /// The committed sweep marks.
+    pub fn committed_sweep_marks(&self) -> SweepMarks {
+        lock(&self.state).sweep_marks.clone()
     }
 
     /// How many times a rate limiter was written.
@@ -328,22 +411,23 @@ impl Store for MemoryStore {
             s.idempotency
                 .insert((r.app_id.clone(), r.key.clone()), r.clone());
         }
-        s.events.insert(
-            new.event.id.clone(),
-            StoredEvent {
-                event: new.event.clone(),
-                targets: new.targets.clone(),
-                fanout_remaining: new.fanout_remaining.clone(),
-                fanout_version: 0,
-            },
-        );
+        s.put_event(StoredEvent {
+            event: new.event.clone(),
+            targets: new.targets.clone(),
+            fanout_remaining: new.fanout_remaining.clone(),
+            fanout_version: 0,
+        });
         for d in &new.deliveries {
             s.deliveries.insert(d.id.clone(), d.clone());
         }
         Ok(CommitOutcome::Committed)
     }
     async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
-        Ok(lock(&self.state).events.get(id).cloned())
+        let s = lock(&self.state);
+        if s.poison_events.contains(id) {
+            return Err(crate::PipelineError::Corrupt(format!("event {id}: poison")));
+        }
+        Ok(s.events.get(id).cloned())
     }
     async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
         let state = lock(&self.state);
@@ -455,73 +539,145 @@ impl Store for MemoryStore {
         lock(&self.state).retained.insert(id.clone(), restarted_at);
         Ok(())
     }
-    async fn overdue(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Vec<Overdue>> {
+    fn overdue_shards(&self) -> u32 {
+        MEMORY_SHARDS
+    }
+    async fn overdue_page(
+        &self,
+        shard: u32,
+        cutoff: DateTime<Utc>,
+        position: &str,
+    ) -> Result<OverduePage> {
+        self.page_taken().await;
         let s = lock(&self.state);
-        let mut due: Vec<(DateTime<Utc>, Overdue)> = s
+        let mine = |id: &str| memory_shard(id, MEMORY_SHARDS) == shard;
+        let mut due: Vec<(String, DateTime<Utc>, Overdue)> = s
             .deliveries
             .values()
-            .filter(|d| d.status == DeliveryStatus::Pending)
+            .filter(|d| d.status == DeliveryStatus::Pending && mine(d.id.as_str()))
             .map(|d| {
+                let at = d.next_attempt_at.unwrap_or(d.updated_at);
                 (
-                    d.next_attempt_at.unwrap_or(d.updated_at),
+                    due_position(at, d.id.as_str()),
+                    at,
                     Overdue::Delivery(d.app_id.clone(), d.id.clone()),
                 )
             })
             .chain(
                 s.events
                     .values()
-                    .filter(|e| !e.fanout_remaining.is_empty())
-                    .map(|e| (e.event.created_at, Overdue::Event(e.event.id.clone()))),
+                    .filter(|e| !e.fanout_remaining.is_empty() && mine(e.event.id.as_str()))
+                    .map(|e| {
+                        (
+                            due_position(e.event.created_at, e.event.id.as_str()),
+                            e.event.created_at,
+                            Overdue::Event(e.event.id.clone()),
+                        )
+                    }),
             )
             .chain(
                 s.replays
                     .values()
-                    .filter(|r| !r.complete)
-                    .map(|r| (r.updated_at, Overdue::Replay(r.id.clone()))),
+                    .filter(|r| !r.complete && mine(r.id.as_str()))
+                    .map(|r| {
+                        (
+                            due_position(r.updated_at, r.id.as_str()),
+                            r.updated_at,
+                            Overdue::Replay(r.id.clone()),
+                        )
+                    }),
             )
-            .filter(|(at, _)| *at < cutoff)
+            .filter(|(key, at, _)| *at < cutoff && key.as_str() > position)
             .collect();
-        due.sort_by_key(|(at, _)| *at);
-        Ok(due.into_iter().take(limit).map(|(_, o)| o).collect())
-    }
-    async fn sweep_events(&self, cutoff: DateTime<Utc>, limit: usize) -> Result<Sweep> {
-        let s = lock(&self.state);
-        let mut events: Vec<StoredEvent> = s
-            .events
-            .values()
-            .filter(|e| !e.targets.is_empty() && e.event.created_at < cutoff)
-            .filter(|e| s.sweep_mark.as_ref().is_none_or(|m| e.event.id > *m))
-            .cloned()
-            .collect();
-        events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
-        let complete = events.len() <= limit;
-        events.truncate(limit);
-        let mark = events
+        due.sort_by(|a, b| a.0.cmp(&b.0));
+        let done = due.len() <= OVERDUE_PAGE_ENTRIES;
+        due.truncate(OVERDUE_PAGE_ENTRIES);
+        let position = due
             .last()
-            .map(|e| e.event.id.to_string())
-            .or_else(|| s.sweep_mark.as_ref().map(ToString::to_string))
-            .unwrap_or_default();
-        let moved = s.sweep_mark.as_ref().map(ToString::to_string) != Some(mark.clone())
-            && !mark.is_empty();
-        Ok(Sweep {
-            events,
-            mark,
-            complete,
-            moved,
+            .map_or_else(|| position.to_owned(), |(key, _, _)| key.clone());
+        Ok(OverduePage {
+            entries: due.into_iter().map(|(_, at, o)| (at, o)).collect(),
+            unreadable: 0,
+            position,
+            done,
         })
     }
-    async fn commit_sweep(&self, mark: &str) -> Result<()> {
-        if !mark.is_empty() {
-            lock(&self.state).sweep_mark = Some(EventId::parse(mark)?);
+    fn sweep_sources(&self) -> Vec<SweepSource> {
+        (0..MEMORY_SHARDS).map(SweepSource::Days).collect()
+    }
+    async fn sweep_page(
+        &self,
+        source: SweepSource,
+        position: &str,
+        floor: DateTime<Utc>,
+        cutoff: DateTime<Utc>,
+    ) -> Result<SweepPage> {
+        let SweepSource::Days(shard) = source else {
+            return Err(crate::PipelineError::Corrupt(format!(
+                "no sweep source {source} in memory"
+            )));
+        };
+        self.page_taken().await;
+        let s = lock(&self.state);
+        let floor_id = EventId::time_floor(floor);
+        let below = EventId::time_floor(cutoff);
+        let after = match (!position.is_empty())
+            .then(|| EventId::parse(position))
+            .transpose()?
+        {
+            Some(id) if id > floor_id => id,
+            _ => floor_id,
+        };
+        let mut page = SweepPage::default();
+        let mut read = 0;
+        let mut last = None;
+        for (_, id) in s.event_order.range((
+            std::ops::Bound::Excluded((shard, after)),
+            std::ops::Bound::Excluded((shard, below.clone())),
+        )) {
+            if read >= PAGE_BYTES {
+                break;
+            }
+            let Some(event) = s.events.get(id) else {
+                continue;
+            };
+            read += event_item_bytes(event);
+            last = Some(event);
+            if s.poison_events.contains(id) {
+                page.unreadable.push(id.to_string());
+            } else if !event.targets.is_empty() {
+                page.events.push(EventHead::of(event));
+            }
         }
+        match last {
+            Some(event) if read >= PAGE_BYTES => {
+                page.position = event.event.id.to_string();
+                page.reached = event.event.created_at;
+            }
+            _ => {
+                page.position = below.to_string();
+                page.reached = cutoff;
+                page.done = true;
+            }
+        }
+        Ok(page)
+    }
+    async fn sweep_marks(&self) -> Result<SweepMarks> {
+        Ok(lock(&self.state).sweep_marks.clone())
+    }
+    async fn save_sweep_marks(&self, marks: &SweepMarks) -> Result<()> {
+        lock(&self.state).sweep_marks = marks.clone();
         Ok(())
     }
-    async fn delivery_items_among(&self, deliveries: &[Delivery]) -> Result<Vec<DeliveryId>> {
+    async fn delivery_items_among(
+        &self,
+        deliveries: &[(AppId, DeliveryId)],
+    ) -> Result<Vec<DeliveryId>> {
         let s = lock(&self.state);
         Ok(deliveries
             .iter()
-            .filter(|d| s.deliveries.contains_key(&d.id))
-            .map(|d| d.id.clone())
+            .filter(|(app, id)| s.deliveries.get(id).is_some_and(|d| &d.app_id == app))
+            .map(|(_, id)| id.clone())
             .collect())
     }
     async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {

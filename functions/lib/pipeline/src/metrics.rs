@@ -75,9 +75,93 @@ pub fn emit(
     let _ = std::io::stdout().lock().write_all(line.as_bytes());
 }
 
+/// Renders the EMF line of one reconciler run (pure, for tests): the
+/// sweep's lag and how far it is behind its cutoff (`reconcile_after`
+/// seconds behind now when caught up), the overdue entries found and the
+/// oldest one's age, and what was stepped over. The template's alarms read
+/// `ReconcileSweepBehind` and `ReconcileOverdueOldest`.
+pub fn reconcile_emf_line(
+    report: &crate::reconcile::ReconcileReport,
+    reconcile_after_secs: i64,
+) -> String {
+    let behind = (report.sweep_lag_seconds - reconcile_after_secs).max(0);
+    format!(
+        concat!(
+            r#"{{"_aws":{{"Timestamp":{},"CloudWatchMetrics":[{{"Namespace":"{}","#,
+            r#""Dimensions":[["Function"]],"Metrics":["#,
+            r#"{{"Name":"ReconcileSweepLag","Unit":"Seconds"}},"#,
+            r#"{{"Name":"ReconcileSweepBehind","Unit":"Seconds"}},"#,
+            r#"{{"Name":"ReconcileOverdueFound","Unit":"Count"}},"#,
+            r#"{{"Name":"ReconcileOverdueOldest","Unit":"Seconds"}},"#,
+            r#"{{"Name":"ReconcileRecovered","Unit":"Count"}},"#,
+            r#"{{"Name":"ReconcileSteppedOver","Unit":"Count"}}]}}]}},"#,
+            r#""Function":"reconcile","ReconcileSweepLag":{},"ReconcileSweepBehind":{},"#,
+            r#""ReconcileOverdueFound":{},"ReconcileOverdueOldest":{},"ReconcileRecovered":{},"#,
+            r#""ReconcileSteppedOver":{},"complete":{}}}"#
+        ),
+        Utc::now().timestamp_millis(),
+        NAMESPACE,
+        report.sweep_lag_seconds,
+        behind,
+        report.overdue,
+        report.overdue_oldest_seconds,
+        report.requeued + report.listed_requeued + report.fanouts + report.replays,
+        report.poison + report.expired,
+        report.complete,
+    )
+}
+
+/// Writes a reconciler run's EMF line to stdout, when `enabled`.
+pub fn emit_reconcile(
+    enabled: bool,
+    report: &crate::reconcile::ReconcileReport,
+    reconcile_after_secs: i64,
+) {
+    if !enabled {
+        return;
+    }
+    let mut line = reconcile_emf_line(report, reconcile_after_secs);
+    line.push('\n');
+    let _ = std::io::stdout().lock().write_all(line.as_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reconcile_emf_shape() {
+        let report = crate::reconcile::ReconcileReport {
+            sweep_lag_seconds: 2_000,
+            overdue: 3,
+            overdue_oldest_seconds: 1_200,
+            requeued: 2,
+            listed_requeued: 1,
+            poison: 1,
+            ..Default::default()
+        };
+        let v: serde_json::Value = serde_json::from_str(&reconcile_emf_line(&report, 900)).unwrap();
+        assert_eq!(v["ReconcileSweepLag"], 2_000);
+        assert_eq!(v["ReconcileSweepBehind"], 1_100);
+        assert_eq!(v["ReconcileOverdueFound"], 3);
+        assert_eq!(v["ReconcileOverdueOldest"], 1_200);
+        assert_eq!(v["ReconcileRecovered"], 3);
+        assert_eq!(v["ReconcileSteppedOver"], 1);
+        for m in v["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+        {
+            assert!(v.get(m["Name"].as_str().unwrap()).is_some());
+        }
+        // Caught up: behind by nothing.
+        let caught_up = crate::reconcile::ReconcileReport {
+            sweep_lag_seconds: 900,
+            ..Default::default()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&reconcile_emf_line(&caught_up, 900)).unwrap();
+        assert_eq!(v["ReconcileSweepBehind"], 0);
+    }
 
     #[test]
     fn emf_shape() {

@@ -108,18 +108,113 @@ impl StoredEvent {
     }
 }
 
-/// Events the reconciler has not checked yet, from its sweep of the event
-/// time index; `mark` (opaque) is where the next sweep starts once these are
-/// checked ([`Store::commit_sweep`]).
+/// Where the reconciler's sweep reads events by time: one source per
+/// partition (or index shard) it pages through, each with its own mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SweepSource {
+    /// Shard `n` of the events' creation-day partitions.
+    Days(u32),
+    /// Shard `n` of the time index of listed fan-outs written after their
+    /// creation (an event completed after its request stopped), by the
+    /// time they were written.
+    Late(u32),
+}
+
+impl std::fmt::Display for SweepSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Days(n) => write!(f, "days/{n}"),
+            Self::Late(n) => write!(f, "late/{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for SweepSource {
+    type Err = PipelineError;
+    fn from_str(text: &str) -> Result<Self> {
+        let bad = || PipelineError::Corrupt(format!("sweep source `{text}`"));
+        let (kind, n) = text.split_once('/').ok_or_else(bad)?;
+        let n: u32 = n.parse().map_err(|_| bad())?;
+        match kind {
+            "days" => Ok(Self::Days(n)),
+            "late" => Ok(Self::Late(n)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Where a sweep source is checked up to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepMark {
+    /// The position (opaque to the use case) up to which every event is
+    /// checked: where the next page starts.
+    pub position: String,
+    /// The time that position stands for ([`SweepPage::reached`]): the
+    /// sweep's lag is measured from the oldest one.
+    pub reached: DateTime<Utc>,
+}
+
+/// The sweep's marks, per source.
+pub type SweepMarks = std::collections::BTreeMap<SweepSource, SweepMark>;
+
+/// An event as the sweep reads it: what its listed fan-out needs, never
+/// its body (a page of them stays small whatever the payloads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventHead {
+    pub id: EventId,
+    pub app_id: AppId,
+    pub created_at: DateTime<Utc>,
+    /// A listed fan-out: the endpoint at each position.
+    pub targets: Vec<EndpointId>,
+}
+
+impl EventHead {
+    /// The head of a stored event.
+    pub fn of(stored: &StoredEvent) -> Self {
+        Self {
+            id: stored.event.id.clone(),
+            app_id: stored.event.app_id.clone(),
+            created_at: stored.event.created_at,
+            targets: stored.targets.clone(),
+        }
+    }
+
+    /// The ids of its listed deliveries, by position.
+    pub fn listed_ids(&self) -> Vec<(usize, DeliveryId)> {
+        (0..self.targets.len())
+            .filter_map(|p| DeliveryId::for_fanout(&self.id, p).map(|id| (p, id)))
+            .collect()
+    }
+}
+
+/// One page of a sweep source: one read request's worth (DynamoDB's 1 MB
+/// of items read per query page).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sweep {
-    pub events: Vec<StoredEvent>,
-    pub mark: String,
-    /// False when the sweep stopped at its limit (more are waiting).
-    pub complete: bool,
-    /// Whether `mark` differs from the committed one (a quiet run writes
-    /// nothing).
-    pub moved: bool,
+pub struct SweepPage {
+    /// The events with a listed fan-out read, oldest first.
+    pub events: Vec<EventHead>,
+    /// The keys of items that could not be read (poison): stepped over.
+    pub unreadable: Vec<String>,
+    /// Where the next page starts (the mark once this page is checked).
+    pub position: String,
+    /// The creation (or, for [`SweepSource::Late`], writing) time the
+    /// source is read up to: the sweep's lag is measured from it.
+    pub reached: DateTime<Utc>,
+    /// Every event before the cutoff is read: `position` is the cutoff.
+    pub done: bool,
+}
+
+/// One page of an overdue-index shard.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OverduePage {
+    /// The entries, oldest first, with the time each was due.
+    pub entries: Vec<(DateTime<Utc>, Overdue)>,
+    /// Index entries that could not be read (logged by the store).
+    pub unreadable: u32,
+    /// Where the next page starts.
+    pub position: String,
+    /// No entry due before the cutoff follows.
+    pub done: bool,
 }
 
 /// An entry of the overdue index.
@@ -403,31 +498,41 @@ pub trait Store: Send + Sync {
         restarted_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Up to `limit` items of the overdue index due before `cutoff`, oldest
-    /// first: pending deliveries (by `next_attempt_at`) and events whose
-    /// fan-out is not fully materialised (by creation). Reads only the index
-    /// of pending work, never the table.
-    fn overdue(
+    /// Shards of the overdue index (read in parallel by the reconciler).
+    fn overdue_shards(&self) -> u32;
+    /// One page of overdue-index shard `shard`: entries due before
+    /// `cutoff` after `position` (`""`: from the oldest), oldest first:
+    /// pending deliveries (by `next_attempt_at`), events whose fan-out is
+    /// not fully materialised (by creation), running replays (by their
+    /// last step). Reads only the index of pending work, never the table.
+    fn overdue_page(
         &self,
+        shard: u32,
         cutoff: DateTime<Utc>,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<Overdue>>> + Send;
+        position: &str,
+    ) -> impl Future<Output = Result<OverduePage>> + Send;
 
-    /// Events with a listed fan-out created before `cutoff` and not yet
-    /// checked by the reconciler (past the committed sweep mark), at most
-    /// `limit`, read by time (never a scan of the table).
-    fn sweep_events(
+    /// Every source the sweep reads (see [`SweepSource`]).
+    fn sweep_sources(&self) -> Vec<SweepSource>;
+    /// One page of `source`: events with a listed fan-out after
+    /// `position` (`""`, or a position older than `floor`: from `floor`)
+    /// and before `cutoff`, heads only, read by time (never a scan).
+    fn sweep_page(
         &self,
+        source: SweepSource,
+        position: &str,
+        floor: DateTime<Utc>,
         cutoff: DateTime<Utc>,
-        limit: usize,
-    ) -> impl Future<Output = Result<Sweep>> + Send;
-    /// Records that every event up to `mark` is checked.
-    fn commit_sweep(&self, mark: &str) -> impl Future<Output = Result<()>> + Send;
-    /// The ids of those among `deliveries` that have a delivery item
-    /// (eventually consistent reads, batched).
+    ) -> impl Future<Output = Result<SweepPage>> + Send;
+    /// The committed marks (none before the first sweep).
+    fn sweep_marks(&self) -> impl Future<Output = Result<SweepMarks>> + Send;
+    /// Records that every event up to each mark is checked.
+    fn save_sweep_marks(&self, marks: &SweepMarks) -> impl Future<Output = Result<()>> + Send;
+    /// The ids of those among `deliveries` (app, id) that have a delivery
+    /// item (eventually consistent reads, batched).
     fn delivery_items_among(
         &self,
-        deliveries: &[Delivery],
+        deliveries: &[(AppId, DeliveryId)],
     ) -> impl Future<Output = Result<Vec<DeliveryId>>> + Send;
     /// Writes a delivery item if the delivery has none yet. `Ok(false)`: it
     /// has one (its attempt wrote it meanwhile); nothing written.

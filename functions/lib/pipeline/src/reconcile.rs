@@ -2,69 +2,119 @@
 //! record dropped after dispatch's retries, a purged queue, an expired
 //! message, a poison record during a deploy), the delivery is queued again.
 //!
-//! It reads only the overdue index (pending deliveries by due time, events
-//! with fan-out left by creation), entries due longer ago than
-//! `WEBHOOKS_RECONCILE_AFTER`: a quiet or healthy system costs one empty
-//! query page per index shard per run, never a scan.
+//! Two independent parts, each paging through its sources in parallel
+//! until it has read everything before the cutoff (`now -
+//! WEBHOOKS_RECONCILE_AFTER`) or the run's time budget ends; the next run
+//! goes on. Nothing caps a run below what DynamoDB serves, and no page is
+//! held longer than it takes to check it (heads and keys only, never a
+//! body of the window), so memory stays bounded whatever the payloads.
 //!
-//! Per overdue delivery: read it (consistent), and if it is still pending and
-//! overdue, [`Delivery::requeue`] it (due now, new version, `requeued` so the
-//! stream does not queue it a second time) with one conditional write, then
-//! send its queue message. The new version makes any older message that
-//! still turns up stale (acked without a POST), so a slow message and the
-//! reconciler's never both send. A crash between the write and the send
-//! leaves the delivery overdue again one period later: it is picked up then.
-//! Per overdue event: its fan-out is materialised (idempotent).
+//! - **Overdue index** ([`Store::overdue_page`]): pending deliveries due
+//!   longer ago than the cutoff, events with fan-out left, stalled
+//!   replays. Per overdue delivery: read it (consistent), and if it is
+//!   still pending and overdue, [`Delivery::requeue`] it (due now, new
+//!   version, `requeued` so the stream does not queue it a second time)
+//!   with one conditional write, then send its queue message. The new
+//!   version makes any older message that still turns up stale (acked
+//!   without a POST), so a slow message and the reconciler's never both
+//!   send. A crash between the write and the send leaves the delivery
+//!   overdue again one period later: it is picked up then. Handled entries
+//!   leave the range (due now), so the index needs no mark.
+//! - **Sweep of listed fan-outs** ([`Store::sweep_page`]): deliveries that
+//!   exist only as a list on their event until their first attempt writes
+//!   them. Each source is read from its mark to the cutoff, once per
+//!   event. A listed delivery with no item by then lost its first message:
+//!   it is written pending at version 1 (conditional on no item, so a
+//!   racing first attempt wins) and queued; the lost or late version-0
+//!   message is then stale. A source's mark moves past a page once every
+//!   event of it is checked; marks are saved during the run (a run cut
+//!   short keeps its progress) and at its end.
 //!
-//! Listed fan-outs (deliveries that exist only as a list on their event until
-//! their first attempt writes them): the reconciler sweeps the event time
-//! index from its mark to the cutoff, once per event. A listed delivery with
-//! no item by then lost its first message: it is written pending at version
-//! 1 (conditional on no item, so a racing first attempt wins) and queued; the
-//! lost or late version-0 message is then stale. Once every swept event is
-//! checked, the mark moves past them: each event is read once, nothing is
-//! written for the ones that are fine.
+//! One bad item never stops the rest: an unreadable item (poison) is
+//! logged, counted and stepped over; a failure that retrying may fix stops
+//! only its own source (or entry) until the next run, and fails the run at
+//! its end (the invocation error raises the alarm). The run's figures are
+//! metrics (EMF, [`crate::metrics::emit_reconcile`]): the sweep's lag and
+//! the overdue backlog, with alarms in the template.
+//!
+//! Retention: the sweep never re-sends a delivery of an event within
+//! [`RETENTION_MARGIN`] of the retention (a delivered delivery's item may
+//! have been removed by its TTL, and receivers no longer remember its id):
+//! such deliveries are counted as `expired` and logged at ERROR.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use hookline_core::ids::{AppId, DeliveryId};
 use hookline_core::model::{Delivery, DeliveryStatus};
+use hookline_core::sync::lock;
 use serde::{Deserialize, Serialize};
 
 use crate::dispatch::{materialise_fanout, message_for};
 use crate::messages::INLINE_BODY_MAX;
-use crate::ports::{Overdue, Queue, Store, StoredEvent};
+use crate::ports::{EventHead, Overdue, Queue, Store, SweepMark, SweepMarks, SweepSource};
 use crate::replay::{continue_replay, Continued};
 use crate::{PipelineError, Settings};
 
-/// Overdue entries one run handles at most; the next run continues.
-pub const MAX_PER_RUN: usize = 2_000;
-/// Events of the time index one run checks at most; the next run continues.
-pub const SWEEP_PER_RUN: usize = 20_000;
+/// Sweep sources read at once. Each request in flight holds its own
+/// connection (on AWS a TLS handshake each, on a fraction of a vCPU), so a
+/// few at a time; each reads about 1,000 events of 1 KB per page (DynamoDB's
+/// 1 MB per query page), some 10,000 events a second per source on AWS, far
+/// above the 8,000 events a second the day partitions take (SCALE.md).
+pub const SWEEP_SOURCES_AT_ONCE: usize = 4;
+/// Overdue-index shards read at once (same reason).
+pub const OVERDUE_SHARDS_AT_ONCE: usize = 4;
+/// Entries of one overdue page handled at once: each is 3-4 requests in a
+/// row (read, retention, conditional write, send), ~20 ms on AWS, so 8 at
+/// once per shard re-queue some 1,600 deliveries a second over 4 shards:
+/// a queue purge of 100,000 waiting retries is recovered within one run.
+pub const ENTRIES_AT_ONCE: usize = 8;
+/// How often a long run saves its sweep marks (a run cut short by its
+/// timeout keeps what it checked).
+pub const MARKS_SAVED_EVERY: Duration = Duration::from_secs(20);
+/// The sweep leaves alone the deliveries of events this close to the end
+/// of their retention: a finished delivery's item may be gone with its
+/// TTL (DynamoDB removes expired items within days, never before), and a
+/// re-sent message would be a month-old duplicate receivers no longer
+/// recognise.
+pub const RETENTION_MARGIN: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 
 /// What one run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReconcileReport {
-    /// Entries of the overdue index read.
+    /// Entries of the overdue index read (due before the cutoff).
     pub overdue: u32,
     /// Pending deliveries queued again.
     pub requeued: u32,
     /// Events whose remaining fan-out was materialised.
     pub fanouts: u32,
     /// Events with a listed fan-out checked by the sweep.
-    #[serde(default)]
     pub swept: u32,
     /// Listed deliveries never attempted (first message lost): written and
     /// queued.
-    #[serde(default)]
     pub listed_requeued: u32,
     /// Running replays that had stalled, advanced one step.
-    #[serde(default)]
     pub replays: u32,
     /// Entries that were no longer overdue when read (picked up meanwhile).
     pub skipped: u32,
-    /// Entries that failed (logged; the run fails after trying all others).
+    /// Unreadable items and entries stepped over (logged).
+    pub poison: u32,
+    /// Listed deliveries with no item whose event is within
+    /// [`RETENTION_MARGIN`] of its retention: not re-sent (logged).
+    pub expired: u32,
+    /// Entries or sources that failed (logged; the run fails after trying
+    /// all others, and the next run goes on from there).
     pub errors: u32,
-    /// False when [`MAX_PER_RUN`] stopped the run (the next one continues).
+    /// Everything before the cutoff was read within the time budget.
     pub complete: bool,
+    /// Age of the oldest event not yet swept (the cutoff's age when the
+    /// sweep caught up).
+    pub sweep_lag_seconds: i64,
+    /// How long ago the oldest overdue entry read was due (0: none).
+    pub overdue_oldest_seconds: i64,
 }
 
 /// Compact JSON (a log field).
@@ -74,82 +124,95 @@ impl std::fmt::Display for ReconcileReport {
     }
 }
 
-/// One reconciler run at `now`.
+impl ReconcileReport {
+    fn add(&mut self, other: &Self) {
+        self.overdue += other.overdue;
+        self.requeued += other.requeued;
+        self.fanouts += other.fanouts;
+        self.swept += other.swept;
+        self.listed_requeued += other.listed_requeued;
+        self.replays += other.replays;
+        self.skipped += other.skipped;
+        self.poison += other.poison;
+        self.expired += other.expired;
+        self.errors += other.errors;
+        self.overdue_oldest_seconds = self
+            .overdue_oldest_seconds
+            .max(other.overdue_oldest_seconds);
+    }
+}
+
+/// What one source (or shard) of a run came to.
+#[derive(Default)]
+struct Part {
+    report: ReconcileReport,
+    error: Option<PipelineError>,
+    /// Read to the cutoff.
+    done: bool,
+    /// How far it was read (sweep sources).
+    reached: Option<DateTime<Utc>>,
+}
+
+impl Part {
+    fn failed(&mut self, err: PipelineError) {
+        self.report.errors += 1;
+        self.error.get_or_insert(err);
+    }
+}
+
+/// One reconciler run at `now`, reading for at most `budget` (the
+/// function's remaining time, less a margin to save and answer).
 #[tracing::instrument(name = "reconcile", skip_all)]
 pub async fn reconcile<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     settings: &Settings,
     now: DateTime<Utc>,
+    budget: Duration,
 ) -> Result<ReconcileReport, PipelineError> {
     let after = chrono::Duration::from_std(settings.reconcile_after)
         .expect("WEBHOOKS_RECONCILE_AFTER is validated at init to a few minutes");
+    let retention = chrono::Duration::from_std(settings.retention)
+        .expect("WEBHOOKS_RETENTION is validated at init to days");
     let cutoff = now - after;
-    // Both reads at once (a cold run waits for one round trip, not two).
-    let (entries, sweep) = futures::join!(
-        store.overdue(cutoff, MAX_PER_RUN),
-        store.sweep_events(cutoff, SWEEP_PER_RUN)
+    let floor = now - retention + RETENTION_MARGIN;
+    let deadline = tokio::time::Instant::now() + budget;
+    // Independent: a failing or slow part never holds the other back.
+    let (overdue, sweep) = futures::join!(
+        reconcile_overdue(store, queue, cutoff, now, deadline),
+        sweep_listed(store, queue, floor, cutoff, now, deadline),
     );
-    let entries = entries?;
     let mut report = ReconcileReport {
-        overdue: u32::try_from(entries.len()).unwrap_or(u32::MAX),
-        complete: entries.len() < MAX_PER_RUN,
+        complete: true,
         ..ReconcileReport::default()
     };
-    // One bad entry (a corrupt item, a throttled call) must not stop the
-    // others: each is tried; the run fails at the end if any did (the
-    // invocation error raises the alarm; the next run tries again).
-    let mut first_error: Option<PipelineError> = None;
-    for entry in entries {
-        let outcome = match &entry {
-            Overdue::Delivery(app, id) => match store.get_delivery(app, id).await {
-                Ok(Some(delivery)) => requeue_if_overdue(store, queue, delivery, cutoff, now)
-                    .await
-                    .map(|requeued| {
-                        if requeued {
-                            report.requeued += 1;
-                        } else {
-                            report.skipped += 1;
-                        }
-                    }),
-                Ok(None) => {
-                    report.skipped += 1;
-                    Ok(())
-                }
-                Err(err) => Err(err),
-            },
-            Overdue::Event(id) => materialise_fanout(store, id, now).await.map(|written| {
-                tracing::warn!(event_id = %id, deliveries = written, "overdue fan-out materialised by the reconciler");
-                report.fanouts += 1;
-            }),
-            Overdue::Replay(id) => continue_replay(store, id, now).await.map(|step| {
-                if step == Continued::Advanced {
-                    tracing::warn!(replay_id = %id, "stalled replay continued by the reconciler");
-                    report.replays += 1;
-                } else {
-                    report.skipped += 1;
-                }
-            }),
-        };
-        if let Err(err) = outcome {
-            tracing::error!(entry = %entry, error = %hookline_core::error::Chain(&err), "reconciling an overdue entry failed");
-            report.errors += 1;
+    let mut first_error = None;
+    let mut oldest_reached = cutoff;
+    for part in overdue.into_iter().chain(sweep) {
+        report.add(&part.report);
+        report.complete &= part.done;
+        if let Some(reached) = part.reached {
+            oldest_reached = oldest_reached.min(reached);
+        }
+        if let Some(err) = part.error {
             first_error.get_or_insert(err);
         }
     }
-    let swept = match sweep {
-        Ok(sweep) => sweep_listed(store, queue, sweep, now, &mut report).await,
-        Err(err) => Err(err),
-    };
-    match swept {
-        Ok(()) => {}
-        Err(err) => {
-            tracing::error!(error = %hookline_core::error::Chain(&err), "sweeping listed fan-outs failed");
-            report.errors += 1;
-            first_error.get_or_insert(err);
-        }
-    }
-    if report.requeued > 0 || report.fanouts > 0 || report.listed_requeued > 0 || report.replays > 0
+    report.sweep_lag_seconds = (now - oldest_reached).num_seconds().max(0);
+    crate::metrics::emit_reconcile(settings.emf_metrics, &report, after.num_seconds());
+    if !report.complete {
+        tracing::warn!(
+            lag_seconds = report.sweep_lag_seconds,
+            overdue_oldest_seconds = report.overdue_oldest_seconds,
+            report = %report,
+            "the reconciler could not catch up within its time budget: the next run goes on"
+        );
+    } else if report.requeued > 0
+        || report.fanouts > 0
+        || report.listed_requeued > 0
+        || report.replays > 0
+        || report.poison > 0
+        || report.expired > 0
     {
         tracing::warn!(report = %report, "reconciler found lost work");
     } else {
@@ -161,32 +224,337 @@ pub async fn reconcile<S: Store, Q: Queue>(
     }
 }
 
-/// Checks the listed fan-outs of a sweep (events created before the cutoff
-/// since the last mark); moves the mark only if every one was checked.
+/// Every overdue-index shard, a few at a time, page after page.
+async fn reconcile_overdue<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+    deadline: tokio::time::Instant,
+) -> Vec<Part> {
+    futures::stream::iter(0..store.overdue_shards())
+        .map(|shard| overdue_shard(store, queue, shard, cutoff, now, deadline))
+        .buffer_unordered(OVERDUE_SHARDS_AT_ONCE)
+        .collect()
+        .await
+}
+
+#[tracing::instrument(skip_all, fields(shard))]
+async fn overdue_shard<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    shard: u32,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+    deadline: tokio::time::Instant,
+) -> Part {
+    let mut part = Part::default();
+    let mut position = String::new();
+    loop {
+        if tokio::time::Instant::now() >= deadline {
+            return part;
+        }
+        let page = match store.overdue_page(shard, cutoff, &position).await {
+            Ok(page) => page,
+            Err(err) => {
+                tracing::error!(shard, error = %hookline_core::error::Chain(&err), "reading the overdue index failed");
+                part.failed(err);
+                return part;
+            }
+        };
+        part.report.poison += page.unreadable;
+        part.report.overdue += u32::try_from(page.entries.len()).unwrap_or(u32::MAX);
+        if let Some((due, _)) = page.entries.first() {
+            part.report.overdue_oldest_seconds = part
+                .report
+                .overdue_oldest_seconds
+                .max((now - *due).num_seconds());
+        }
+        let outcomes: Vec<(Overdue, Result<Handled, PipelineError>)> =
+            futures::stream::iter(page.entries)
+                .map(|(_, entry)| async move {
+                    let outcome = handle_overdue(store, queue, &entry, cutoff, now).await;
+                    (entry, outcome)
+                })
+                .buffer_unordered(ENTRIES_AT_ONCE)
+                .collect()
+                .await;
+        for (entry, outcome) in outcomes {
+            match outcome {
+                Ok(Handled::Requeued) => part.report.requeued += 1,
+                Ok(Handled::Fanout) => part.report.fanouts += 1,
+                Ok(Handled::Replay) => part.report.replays += 1,
+                Ok(Handled::Skipped) => part.report.skipped += 1,
+                Err(err) if err.is_retryable() => {
+                    tracing::error!(entry = %entry, error = %hookline_core::error::Chain(&err), "reconciling an overdue entry failed");
+                    part.failed(err);
+                }
+                // Retrying cannot fix it: stepped over (it stays in the
+                // index and is counted again by every run).
+                Err(err) => {
+                    tracing::error!(entry = %entry, error = %hookline_core::error::Chain(&err), "an overdue entry that cannot be reconciled was stepped over");
+                    part.report.poison += 1;
+                }
+            }
+        }
+        if page.done {
+            part.done = true;
+            return part;
+        }
+        position = page.position;
+    }
+}
+
+/// What became of one overdue entry.
+enum Handled {
+    Requeued,
+    Fanout,
+    Replay,
+    Skipped,
+}
+
+async fn handle_overdue<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    entry: &Overdue,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Handled, PipelineError> {
+    match entry {
+        Overdue::Delivery(app, id) => match store.get_delivery(app, id).await? {
+            Some(delivery) => Ok(
+                if requeue_if_overdue(store, queue, delivery, cutoff, now).await? {
+                    Handled::Requeued
+                } else {
+                    Handled::Skipped
+                },
+            ),
+            None => Ok(Handled::Skipped),
+        },
+        Overdue::Event(id) => {
+            let written = materialise_fanout(store, id, now).await?;
+            tracing::warn!(event_id = %id, deliveries = written, "overdue fan-out materialised by the reconciler");
+            Ok(Handled::Fanout)
+        }
+        Overdue::Replay(id) => Ok(match continue_replay(store, id, now).await? {
+            Continued::Advanced => {
+                tracing::warn!(replay_id = %id, "stalled replay continued by the reconciler");
+                Handled::Replay
+            }
+            _ => Handled::Skipped,
+        }),
+    }
+}
+
+/// Every sweep source, a few at a time, each from its mark to the cutoff.
 async fn sweep_listed<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
-    sweep: crate::ports::Sweep,
+    floor: DateTime<Utc>,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+    deadline: tokio::time::Instant,
+) -> Vec<Part> {
+    let committed = match store.sweep_marks().await {
+        Ok(marks) => marks,
+        Err(err) => {
+            tracing::error!(error = %hookline_core::error::Chain(&err), "reading the sweep marks failed");
+            let mut part = Part {
+                reached: Some(floor),
+                ..Part::default()
+            };
+            part.failed(err);
+            return vec![part];
+        }
+    };
+    let marks = Mutex::new(committed.clone());
+    let saved = Mutex::new(tokio::time::Instant::now());
+    let parts: Vec<Part> = futures::stream::iter(store.sweep_sources())
+        .map(|source| {
+            let start = committed.get(&source).cloned().unwrap_or(SweepMark {
+                position: String::new(),
+                reached: floor,
+            });
+            sweep_source(
+                store, queue, source, start, floor, cutoff, now, deadline, &marks, &saved,
+            )
+        })
+        .buffer_unordered(SWEEP_SOURCES_AT_ONCE)
+        .collect()
+        .await;
+    let last = lock(&marks).clone();
+    let mut parts = parts;
+    if last != committed {
+        if let Err(err) = store.save_sweep_marks(&last).await {
+            tracing::error!(error = %hookline_core::error::Chain(&err), "saving the sweep marks failed");
+            let mut part = Part {
+                done: true,
+                ..Part::default()
+            };
+            part.failed(err);
+            parts.push(part);
+        }
+    }
+    parts
+}
+
+#[allow(clippy::too_many_arguments)]
+#[tracing::instrument(skip_all, fields(source = %source))]
+async fn sweep_source<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    source: SweepSource,
+    start: SweepMark,
+    floor: DateTime<Utc>,
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+    deadline: tokio::time::Instant,
+    marks: &Mutex<SweepMarks>,
+    saved: &Mutex<tokio::time::Instant>,
+) -> Part {
+    // A mark older than the floor: nothing before the floor is read.
+    let mut part = Part {
+        reached: Some(start.reached.max(floor)),
+        ..Part::default()
+    };
+    let mut position = start.position;
+    loop {
+        if tokio::time::Instant::now() >= deadline {
+            return part;
+        }
+        let page = match store.sweep_page(source, &position, floor, cutoff).await {
+            Ok(page) => page,
+            Err(err) => {
+                tracing::error!(error = %hookline_core::error::Chain(&err), "reading a sweep page failed");
+                part.failed(err);
+                return part;
+            }
+        };
+        for key in &page.unreadable {
+            tracing::error!(key = %key, "an unreadable event item stepped over by the sweep");
+        }
+        part.report.poison += u32::try_from(page.unreadable.len()).unwrap_or(u32::MAX);
+        if let Err(err) =
+            check_listed(store, queue, &page.events, floor, now, &mut part.report).await
+        {
+            // The mark stays before this page: the next run checks it again.
+            tracing::error!(error = %hookline_core::error::Chain(&err), "checking a sweep page failed");
+            part.failed(err);
+            return part;
+        }
+        position = page.position;
+        part.reached = Some(page.reached);
+        let snapshot = {
+            let mut marks = lock(marks);
+            marks.insert(
+                source,
+                SweepMark {
+                    position: position.clone(),
+                    reached: page.reached,
+                },
+            );
+            let mut saved = lock(saved);
+            (saved.elapsed() >= MARKS_SAVED_EVERY).then(|| {
+                *saved = tokio::time::Instant::now();
+                marks.clone()
+            })
+        };
+        if let Some(snapshot) = snapshot {
+            // Progress kept if the run is cut short; a failure here is
+            // only progress lost (the run's last save tries again).
+            if let Err(err) = store.save_sweep_marks(&snapshot).await {
+                tracing::warn!(error = %hookline_core::error::Chain(&err), "saving the sweep marks during the run failed");
+            }
+        }
+        if page.done {
+            part.done = true;
+            return part;
+        }
+    }
+}
+
+/// Checks one page's listed fan-outs: each listed delivery with no item is
+/// written and queued (see the module doc). A failure retrying may fix is
+/// returned (the page is checked again next run); one it cannot is counted
+/// as poison and stepped over.
+async fn check_listed<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    events: &[EventHead],
+    floor: DateTime<Utc>,
     now: DateTime<Utc>,
     report: &mut ReconcileReport,
 ) -> Result<(), PipelineError> {
-    report.swept = u32::try_from(sweep.events.len()).unwrap_or(u32::MAX);
-    report.complete &= sweep.complete;
-    let listed: Vec<(&StoredEvent, Delivery)> = sweep
-        .events
+    let asked: Vec<(AppId, DeliveryId)> = events
         .iter()
-        .flat_map(|e| e.listed_deliveries().into_iter().map(move |d| (e, d)))
+        .flat_map(|e| {
+            e.listed_ids()
+                .into_iter()
+                .map(|(_, id)| (e.app_id.clone(), id))
+        })
         .collect();
-    let deliveries: Vec<_> = listed.iter().map(|(_, d)| d.clone()).collect();
-    let written: std::collections::HashSet<_> = store
-        .delivery_items_among(&deliveries)
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let written: HashSet<DeliveryId> = store
+        .delivery_items_among(&asked)
         .await?
         .into_iter()
         .collect();
-    for (stored, mut delivery) in listed {
-        if written.contains(&delivery.id) {
+    drop(asked);
+    for head in events {
+        report.swept += 1;
+        let missing: Vec<usize> = head
+            .listed_ids()
+            .into_iter()
+            .filter(|(_, id)| !written.contains(id))
+            .map(|(position, _)| position)
+            .collect();
+        if missing.is_empty() {
             continue;
         }
+        if head.created_at < floor {
+            tracing::error!(
+                event_id = %head.id,
+                app_id = %head.app_id,
+                deliveries = missing.len(),
+                "listed deliveries with no item at the end of their event's retention: not re-sent (their items may have expired)"
+            );
+            report.expired += u32::try_from(missing.len()).unwrap_or(u32::MAX);
+            continue;
+        }
+        match requeue_listed(store, queue, head, &missing, now).await {
+            Ok(requeued) => report.listed_requeued += requeued,
+            Err(err) if err.is_retryable() => return Err(err),
+            Err(err) => {
+                tracing::error!(event_id = %head.id, error = %hookline_core::error::Chain(&err), "a listed fan-out that cannot be recovered was stepped over");
+                report.poison += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes and queues the listed deliveries at `missing` positions of
+/// `head`'s event (read whole, this once: its body for the messages).
+async fn requeue_listed<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    head: &EventHead,
+    missing: &[usize],
+    now: DateTime<Utc>,
+) -> Result<u32, PipelineError> {
+    let Some(stored) = store.get_event(&head.id).await? else {
+        return Err(PipelineError::Corrupt(format!(
+            "event {} listed by the sweep is gone",
+            head.id
+        )));
+    };
+    let mut requeued = 0;
+    for &position in missing {
+        let Some(mut delivery) = stored.listed_delivery(position) else {
+            continue;
+        };
         let expected = delivery.version;
         delivery.requeue(now)?;
         debug_assert_eq!(expected, 0, "a listed delivery starts at version 0");
@@ -210,7 +578,7 @@ async fn sweep_listed<S: Store, Q: Queue>(
                 true,
             ));
         }
-        report.listed_requeued += 1;
+        requeued += 1;
         tracing::warn!(
             delivery_id = %delivery.id,
             event_id = %delivery.event_id,
@@ -218,10 +586,7 @@ async fn sweep_listed<S: Store, Q: Queue>(
             "lost first message: listed delivery written and re-queued"
         );
     }
-    if sweep.moved {
-        store.commit_sweep(&sweep.mark).await?;
-    }
-    Ok(())
+    Ok(requeued)
 }
 
 #[tracing::instrument(skip_all, fields(delivery_id = %delivery.id))]
@@ -276,6 +641,8 @@ mod tests {
     use hookline_core::model::{Event, EventType};
     use serde_json::value::RawValue;
 
+    const BUDGET: Duration = Duration::from_secs(60);
+
     fn settings() -> Settings {
         Settings::for_tests(&[("WEBHOOKS_RECONCILE_AFTER", "15m")]).unwrap()
     }
@@ -285,7 +652,7 @@ mod tests {
         queue: &MemoryQueue,
         at: DateTime<Utc>,
     ) -> ReconcileReport {
-        reconcile(store, queue, &settings(), at)
+        reconcile(store, queue, &settings(), at, BUDGET)
             .await
             .expect("a reconciler run")
     }
@@ -387,7 +754,7 @@ mod tests {
             old.created_at,
         );
         store.insert_delivery(second);
-        let err = reconcile(&store, &queue, &settings(), now)
+        let err = reconcile(&store, &queue, &settings(), now, BUDGET)
             .await
             .unwrap_err();
         assert!(err.is_retryable(), "{err}");
@@ -492,5 +859,173 @@ mod tests {
         // stream; if that is lost too, the next run finds them overdue).
         let later = run_at(&store, &queue, now + chrono::Duration::minutes(16)).await;
         assert_eq!((later.fanouts, later.requeued), (0, 2));
+    }
+
+    /// `events` events of `body_bytes` each, every one listing one endpoint,
+    /// created a second apart from `from`; none of their first messages
+    /// arrived (no delivery item).
+    async fn lost_listed_events(
+        store: &MemoryStore,
+        from: DateTime<Utc>,
+        events: usize,
+        body_bytes: usize,
+    ) -> Vec<crate::ports::NewEvent> {
+        let routes = vec![EndpointRoute {
+            id: EndpointId::generate(),
+            event_types: vec![],
+            disabled: false,
+        }];
+        let payload =
+            RawValue::from_string(format!("{{\"pad\":\"{}\"}}", "x".repeat(body_bytes))).unwrap();
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
+        let mut out = Vec::new();
+        for i in 0..events {
+            let (new, _) = crate::ingest::plan_event(
+                AppId::parse("acme").unwrap(),
+                EventType::parse("order.paid").unwrap(),
+                &payload,
+                &routes,
+                from + chrono::Duration::seconds(i as i64),
+                &mut rng,
+            );
+            assert_eq!(
+                store.commit_event(&new).await.unwrap(),
+                CommitOutcome::Committed
+            );
+            out.push(new);
+        }
+        out
+    }
+
+    /// Past the old per-run cap (20,000 events a run): 24,000 events of a
+    /// listed fan-out in one window, every first message lost, read page by
+    /// page (DynamoDB's 1 MB) over the shards: one run recovers them all
+    /// and moves every mark to the cutoff; the next run reads nothing again.
+    #[tokio::test]
+    async fn one_run_sweeps_a_window_far_past_any_fixed_cap() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        lost_listed_events(&store, now - chrono::Duration::hours(8), 24_000, 600).await;
+        let report = run_at(&store, &queue, now).await;
+        assert_eq!(
+            (report.swept, report.listed_requeued, report.complete),
+            (24_000, 24_000, true)
+        );
+        assert_eq!(queue.sent().len(), 24_000);
+        assert!(
+            store.pages_read() > 2 * crate::fakes::MEMORY_SHARDS,
+            "read in pages: {}",
+            store.pages_read()
+        );
+        assert_eq!(report.sweep_lag_seconds, 15 * 60, "caught up to the cutoff");
+        let marks = store.committed_sweep_marks();
+        assert_eq!(marks.len(), crate::fakes::MEMORY_SHARDS as usize);
+        let again = run_at(&store, &queue, now + chrono::Duration::minutes(5)).await;
+        assert_eq!((again.swept, again.listed_requeued), (0, 0));
+        crate::fakes::record_figure(
+            "scale",
+            "reconciler sweep (fakes, 1 MB pages): 24,000 lost first messages in one window (past the old 20,000-a-run cap) recovered in one run; the next run reads nothing",
+        );
+    }
+
+    /// A run out of time stops between pages, keeps what it checked (its
+    /// marks), says it is behind with its lag, and the next run goes on
+    /// from there: nothing is checked twice, nothing is missed.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_out_of_time_keeps_its_progress_and_the_next_goes_on() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        lost_listed_events(&store, now - chrono::Duration::hours(8), 16_000, 600).await;
+        store.slow_pages(Duration::from_secs(1));
+        let settings = settings();
+        let first = reconcile(&store, &queue, &settings, now, Duration::from_millis(1500))
+            .await
+            .unwrap();
+        assert!(!first.complete);
+        assert!(first.listed_requeued > 0 && first.listed_requeued < 16_000);
+        assert!(
+            first.sweep_lag_seconds > 7 * 3600,
+            "the oldest unswept event's age: {}",
+            first.sweep_lag_seconds
+        );
+        let mut total = first.listed_requeued;
+        for run in 1..=20 {
+            let report = reconcile(
+                &store,
+                &queue,
+                &settings,
+                now + chrono::Duration::minutes(run),
+                Duration::from_millis(1500),
+            )
+            .await
+            .unwrap();
+            total += report.listed_requeued;
+            if report.complete {
+                break;
+            }
+        }
+        assert_eq!(total, 16_000, "each lost message recovered exactly once");
+        assert_eq!(queue.sent().len(), 16_000);
+    }
+
+    /// A poison item (unreadable, or its event failing to read) is logged,
+    /// counted and stepped over: the mark moves past it, every other lost
+    /// message is recovered, and the run does not fail.
+    #[tokio::test]
+    async fn a_poison_item_is_stepped_over_and_the_rest_recovered() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let events = lost_listed_events(&store, now - chrono::Duration::hours(2), 50, 10).await;
+        store.poison_event(&events[10].event.id);
+        store.poison_event(&events[30].event.id);
+        let report = run_at(&store, &queue, now).await;
+        assert_eq!((report.poison, report.listed_requeued), (2, 48));
+        assert!(report.complete);
+        let again = run_at(&store, &queue, now + chrono::Duration::minutes(5)).await;
+        assert_eq!((again.poison, again.swept), (0, 0), "never read again");
+    }
+
+    /// Never re-send what retention may have expired: an event older than
+    /// the retention (less the margin) is not swept, whatever the mark
+    /// says (a first run, or a mark left behind), while a younger one is.
+    #[tokio::test]
+    async fn events_near_the_end_of_retention_are_never_resent() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let retention = settings().retention;
+        let old =
+            now - chrono::Duration::from_std(retention).unwrap() + chrono::Duration::minutes(30);
+        lost_listed_events(&store, old, 3, 10).await;
+        lost_listed_events(&store, now - chrono::Duration::days(2), 2, 10).await;
+        let report = run_at(&store, &queue, now).await;
+        assert_eq!((report.swept, report.listed_requeued), (2, 2));
+        assert!(queue
+            .sent()
+            .iter()
+            .all(|(m, _)| m.delivery_id.created_at() > old + chrono::Duration::hours(1)));
+    }
+
+    /// A failure retrying may fix stops only its own part: the overdue
+    /// entries are re-queued while the sweep fails, and the run reports
+    /// the failure (the next run goes on).
+    #[tokio::test]
+    async fn a_failing_part_does_not_hold_back_the_other() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let old = event(now - chrono::Duration::hours(1));
+        store.insert_delivery(Delivery::new(
+            DeliveryId::generate(),
+            &old,
+            EndpointId::generate(),
+            old.created_at,
+        ));
+        let events = lost_listed_events(&store, now - chrono::Duration::hours(2), 1, 10).await;
+        // The sweep's re-queue is refused by the queue.
+        queue.refuse(&DeliveryId::for_fanout(&events[0].event.id, 0).unwrap());
+        let err = reconcile(&store, &queue, &settings(), now, BUDGET)
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        assert_eq!(queue.sent().len(), 1, "the overdue delivery was re-queued");
     }
 }

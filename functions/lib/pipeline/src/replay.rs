@@ -445,7 +445,15 @@ mod tests {
         let queue = MemoryQueue::default();
         let settings = Settings::for_tests(&[]).unwrap();
         let later = at(1001) + chrono::Duration::hours(1);
-        let report = reconcile(&store, &queue, &settings, later).await.unwrap();
+        let report = reconcile(
+            &store,
+            &queue,
+            &settings,
+            later,
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
         assert_eq!(report.replays, 1);
         while continue_replay(&store, &replay.id, later).await.unwrap() == Continued::Advanced {}
         let done = store.get_replay(&replay.id).await.unwrap().unwrap();
