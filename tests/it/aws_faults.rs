@@ -34,6 +34,9 @@ struct Faults {
     /// The next this-many puts of an event item fail (an internal error on
     /// every SDK retry): a request stopped between its key and its event.
     event_put_failures: AtomicU64,
+    /// The next this-many writes of a delivery item are applied by moto
+    /// and their answers lost (the client retries and meets its own write).
+    dropped_delivery_writes: AtomicU64,
 }
 
 struct Proxy {
@@ -91,7 +94,15 @@ async fn forward(
         )
             .into_response();
     }
-    let roll = if f.enabled.load(Ordering::SeqCst) {
+    let delivery_write = (target.ends_with(".PutItem") || target.ends_with(".UpdateItem"))
+        && body.windows(5).any(|w| w == b"\"DLA#");
+    let drop_this = delivery_write
+        && f.dropped_delivery_writes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+    let roll = if drop_this {
+        RATES.0 + RATES.1
+    } else if f.enabled.load(Ordering::SeqCst) {
         f.requests.fetch_add(1, Ordering::SeqCst);
         rand::thread_rng().gen_range(0..100u32)
     } else {
@@ -421,5 +432,61 @@ async fn a_key_whose_request_stopped_before_its_event_is_completed_by_the_retry(
     record_figures(
         "idempotency",
         "a keyed request stopped between its key record and its event (event put failing): 503, 0 sent; its retry wrote that event and replayed the answer (202), delivered once; the key with another payload -> 409",
+    );
+}
+
+/// A delivery's outcome write is applied, but its answer is lost: the
+/// client retries and the retry's condition fails on that very write. It
+/// was read as a lost race ("attempt raced with another writer; result
+/// dropped": no stats, no 410 disable); the store now reads the item back
+/// and finds its own write, so the attempt counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_applied_before_its_answer_was_lost_counts_as_written() {
+    let moto = hookline_tests::moto::start();
+    let (stack, proxy) = proxied_stack(&moto, &[]).await;
+    let receiver = Receiver::healthy().await;
+    let ep = register(&stack, "w", &receiver).await;
+    let ep = ep["id"].as_str().expect("an endpoint id").to_owned();
+    proxy
+        .faults
+        .dropped_delivery_writes
+        .store(1, Ordering::SeqCst);
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            "/v1/apps/w/events",
+            Some(json!({"event_type": "order.paid", "payload": {"n": 1}})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let delivered = stack
+        .pump_until(Duration::from_secs(30), || async {
+            receiver.received().len() == 1
+        })
+        .await;
+    assert!(delivered);
+    for _ in 0..3 {
+        stack.pump().await;
+    }
+    assert_eq!(
+        proxy.faults.dropped_delivery_writes.load(Ordering::SeqCst),
+        0,
+        "the outcome's answer was dropped"
+    );
+    let (status, _, stats) = stack
+        .call(
+            "GET",
+            &format!("/v1/apps/w/endpoints/{ep}/stats"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["delivered"], 1, "the attempt counted: {stats}");
+    assert_eq!(receiver.received().len(), 1, "one POST");
+    record_figures(
+        "aws_faults",
+        "a delivery outcome applied with its answer lost: the retry meets its own write and counts it (was: read as a lost race, no stats)",
     );
 }

@@ -338,6 +338,58 @@ async fn an_expired_idempotency_key_can_be_reused_at_once() {
     );
 }
 
+/// A keyed request that stopped between its key's record and its event
+/// (the record names the event; the event was never written), retried
+/// after the app grew past a listed fan-out (so the retry takes the
+/// transaction path and meets its own key): the retry writes that event
+/// before it answers 202 with the first answer. It used to answer 202 for
+/// an event that was never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_keyed_request_writes_its_missing_event_whatever_path_it_takes() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use hookline_pipeline::ports::FANOUT_LIST_MAX;
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    stack.create_endpoint("shop", &receiver.url, &[]).await;
+    let (status, first) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), Some("order-8"))
+        .await;
+    assert_eq!(status, 202);
+    let id = hookline_core::ids::EventId::parse(&event_id(&first)).unwrap();
+    // The request "stopped" after its key's record: its event is removed.
+    let (pk, sk) = hookline_aws::schema::event_key(&id);
+    stack
+        .clients
+        .dynamodb
+        .delete_item()
+        .table_name(&stack.settings.table)
+        .key("PK", AttributeValue::S(pk))
+        .key("SK", AttributeValue::S(sk))
+        .send()
+        .await
+        .expect("DeleteItem on moto");
+    assert!(stack.store.get_event(&id).await.unwrap().is_none());
+    // The app grows past a listed fan-out.
+    for _ in 0..FANOUT_LIST_MAX {
+        stack.create_endpoint("shop", &receiver.url, &[]).await;
+    }
+    let (status, again) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), Some("order-8"))
+        .await;
+    assert_eq!((status, &again), (202, &first));
+    let event = stack
+        .store
+        .get_event(&id)
+        .await
+        .unwrap()
+        .expect("the accepted event is written");
+    assert_eq!(event.targets.len(), 1, "the fan-out its key's record named");
+    record_figures(
+        "idempotency",
+        "keyed request stopped between its record and its event, retried after the app grew past a listed fan-out: the event is written before the 202 (was: 202 for an event never written)",
+    );
+}
+
 /// A pending delivery never expires; a finished one expires a retention
 /// after it finished; a restart late in an event's life keeps the event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,16 +525,30 @@ async fn stale_writes_are_refused_for_endpoints_and_deliveries() {
 
     // PATCH racing the 410 auto-disable: the stale "enabled" copy loses.
     let before_disable = now.clone();
-    stack
+    assert!(stack
         .store
         .disable_endpoint(
             &app,
             &ep_id,
             "endpoint answered 410 Gone",
+            before_disable.version,
             chrono::Utc::now(),
         )
         .await
-        .unwrap();
+        .unwrap());
+    // A 410 judged from a copy older than that (a deliver's cached
+    // endpoint, before the disable or a user's re-enable): nothing written.
+    assert!(!stack
+        .store
+        .disable_endpoint(
+            &app,
+            &ep_id,
+            "endpoint answered 410 Gone",
+            before_disable.version,
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap());
     let mut enable = before_disable.clone();
     enable.version += 1;
     assert!(!stack

@@ -311,15 +311,21 @@ async fn idempotency_subscriptions_and_disabled_endpoints() {
     let (disabled_id, _) = stack.create_endpoint("shop", &disabled.url, &[]).await;
     let app = hookline_core::ids::AppId::parse("shop").unwrap();
     let ep = hookline_core::ids::EndpointId::parse(&disabled_id).unwrap();
-    hookline_pipeline::ports::Store::disable_endpoint(
+    let version = hookline_pipeline::ports::Store::get_endpoint(&stack.store, &app, &ep)
+        .await
+        .unwrap()
+        .unwrap()
+        .version;
+    assert!(hookline_pipeline::ports::Store::disable_endpoint(
         &stack.store,
         &app,
         &ep,
         "test",
+        version,
         chrono::Utc::now(),
     )
     .await
-    .unwrap();
+    .unwrap());
 
     let (s1, first) = stack
         .send_event("shop", "order.paid", json!({"id": 1}), Some("key-1"))

@@ -218,6 +218,71 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Only the pipeline's roles may send to the delivery queue: its policy
+    /// denies `sqs:SendMessage` to every principal but the roles of exactly
+    /// the functions whose own policies send there (deliver trusts a
+    /// queued first attempt's body, app and endpoint).
+    #[test]
+    fn only_the_pipelines_roles_may_send_to_the_delivery_queue() {
+        let t = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"))
+            .unwrap();
+        let policy = &t.resources["DeliveryQueuePolicy"]["Properties"];
+        assert_eq!(
+            referenced_resource(&policy["Queues"][0]).as_deref(),
+            Some("DeliveryQueue"),
+            "the policy is on the delivery queue"
+        );
+        let statements = policy["PolicyDocument"]["Statement"]
+            .as_sequence()
+            .expect("statements");
+        let deny = statements
+            .iter()
+            .find(|s| text(&s["Effect"]) == Some("Deny".into()))
+            .expect("a Deny statement");
+        assert_eq!(text(&deny["Principal"]), Some("*".into()));
+        assert_eq!(text(&deny["Action"]), Some("sqs:SendMessage".into()));
+        let allowed: std::collections::BTreeSet<String> = deny["Condition"]["ArnNotEquals"]
+            ["aws:PrincipalArn"]
+            .as_sequence()
+            .expect("role ARNs")
+            .iter()
+            .map(|arn| {
+                let role = referenced_resource(arn).expect("a role's GetAtt");
+                role.strip_suffix("Role")
+                    .expect("a function's role")
+                    .to_owned()
+            })
+            .collect();
+        // The functions whose own policies send to the delivery queue.
+        let mut senders = std::collections::BTreeSet::new();
+        for (name, resource) in &t.resources {
+            let policies = &resource["Properties"]["Policies"];
+            for policy in policies.as_sequence().into_iter().flatten() {
+                for statement in policy["Statement"].as_sequence().into_iter().flatten() {
+                    let actions: Vec<String> = statement["Action"]
+                        .as_sequence()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(text)
+                        .collect();
+                    let resources: Vec<String> = match &statement["Resource"] {
+                        Yaml::Sequence(list) => {
+                            list.iter().filter_map(referenced_resource).collect()
+                        }
+                        one => referenced_resource(one).into_iter().collect(),
+                    };
+                    if actions.iter().any(|a| a == "sqs:SendMessage")
+                        && resources.iter().any(|r| r == "DeliveryQueue")
+                    {
+                        senders.insert(name.to_owned());
+                    }
+                }
+            }
+        }
+        assert_eq!(allowed, senders);
+        assert_eq!(senders.len(), 5, "{senders:?}");
+    }
+
     /// Every DynamoDB action a function's code performs, in its IAM policy
     /// (moto does not enforce IAM: without this a missing action shows only
     /// when deployed). The operations per function, from their code paths:

@@ -381,6 +381,16 @@ impl DynamoStore {
             self.put_event_once(new, new.event.created_at).await?;
             return Ok(CommitOutcome::Committed);
         }
+        self.key_taken(new, record).await
+    }
+
+    /// The answer to a request whose Idempotency-Key is taken: the record
+    /// found. If it is this very request's (same hash) and names an event
+    /// that is missing (its request stopped between the record and the
+    /// event), that event is written first, whichever path this request
+    /// took (the app's fan-out may have grown past a listed one since):
+    /// a 202 always names a written event.
+    async fn key_taken(&self, new: &NewEvent, record: &IdempotencyRecord) -> Result<CommitOutcome> {
         let Some(item) = self
             .get(idempotency_pk(&record.app_id, &record.key), IDEMPOTENCY_SK)
             .await?
@@ -914,6 +924,25 @@ impl DynamoStore {
             }
         }
         Ok(page)
+    }
+
+    /// After a conditional write of `wanted` answered "condition failed":
+    /// whether the item holds exactly `wanted` now. The clients retry a
+    /// request that timed out or met a 5xx, and such a retry can meet its
+    /// own earlier try's write; versions never repeat and the state is
+    /// compared whole, so equal means this write (or an identical one)
+    /// applied. A lost race reads as lost. One consistent read, only when
+    /// a condition failed.
+    async fn delivery_holds(&self, wanted: &Delivery) -> Result<bool> {
+        let (pk, sk) = delivery_key(&wanted.app_id, &wanted.id);
+        let Some(item) = self.get(pk, &sk).await? else {
+            return Ok(false);
+        };
+        let held = schema::delivery_from_item(item)? == *wanted;
+        if held {
+            tracing::info!(delivery_id = %wanted.id, version = wanted.version, "a conditional write met its own earlier try: applied");
+        }
+        Ok(held)
     }
 
     /// The item at (`pk`, `sk`), read consistently.
@@ -1570,8 +1599,9 @@ impl Store for DynamoStore {
         app: &AppId,
         id: &EndpointId,
         reason: &str,
+        expected_version: u64,
         now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let _g = self.guard().await;
         let result = self
             .client()
@@ -1581,15 +1611,20 @@ impl Store for DynamoStore {
             .update_expression(
                 "SET disabled = :t, disabled_reason = :r, updated_at = :now ADD version :one",
             )
-            .condition_expression("attribute_exists(PK)")
+            .condition_expression(VERSION_CONDITION)
+            .expression_attribute_values(
+                ":expected_version",
+                AttributeValue::N(expected_version.to_string()),
+            )
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":t", AttributeValue::Bool(true))
             .expression_attribute_values(":r", s(reason))
             .expression_attribute_values(":now", av(&now)?)
             .send()
             .await;
-        // A deleted endpoint stays deleted.
-        condition_to_bool(result, "UpdateItem").map(|_| ())
+        // A deleted endpoint stays deleted; a changed one is not judged
+        // from its earlier state.
+        condition_to_bool(result, "UpdateItem")
     }
 
     async fn set_failing_since(
@@ -1648,12 +1683,9 @@ impl Store for DynamoStore {
                 let idem_failed = new.idempotency.is_some()
                     && reasons.get(idem_position).is_some_and(condition_failed);
                 if let (true, Some(record)) = (idem_failed, &new.idempotency) {
-                    // A concurrent request with the same key won the race.
-                    match self.get_idempotency(&record.app_id, &record.key).await? {
-                        Some(existing) => Ok(CommitOutcome::IdempotencyKeyTaken(existing)),
-                        // It expired between the two reads: try again.
-                        None => Ok(CommitOutcome::Contended),
-                    }
+                    // Taken: by a concurrent request, or by this one
+                    // earlier (which may have stopped before its event).
+                    self.key_taken(new, record).await
                 } else {
                     Err(PipelineError::store(
                         format!("event transaction cancelled: {reasons:?}"),
@@ -1807,7 +1839,11 @@ impl Store for DynamoStore {
                         ),
                 )
                 .await;
-            return direct_condition_to_bool(result);
+            drop(_g);
+            if direct_condition_to_bool(result)? {
+                return Ok(true);
+            }
+            return self.delivery_holds(d).await;
         }
         use serde_dynamo::AttributeValue as Value;
         let (pk, sk) = delivery_key(&d.app_id, &d.id);
@@ -1888,8 +1924,14 @@ impl Store for DynamoStore {
         for (name, value) in values {
             update = update.value(name, value);
         }
-        let _g = self.guard().await;
-        direct_condition_to_bool(self.http.update_item(&update).await)
+        let written = {
+            let _g = self.guard().await;
+            direct_condition_to_bool(self.http.update_item(&update).await)?
+        };
+        if written {
+            return Ok(true);
+        }
+        self.delivery_holds(d).await
     }
 
     async fn extend_event_retention(
@@ -2118,8 +2160,13 @@ impl Store for DynamoStore {
     }
 
     async fn create_delivery(&self, delivery: &Delivery) -> Result<bool> {
-        self.put_absent(schema::delivery_item(delivery, self.retention)?)
-            .await
+        if self
+            .put_absent(schema::delivery_item(delivery, self.retention)?)
+            .await?
+        {
+            return Ok(true);
+        }
+        self.delivery_holds(delivery).await
     }
 
     async fn events_in_window(
@@ -2210,7 +2257,13 @@ impl Store for DynamoStore {
                 .condition_expression("version = :expected")
                 .expression_attribute_values(":expected", AttributeValue::N(version.to_string())),
         };
-        condition_to_bool(request.send().await, "PutItem")
+        let written = condition_to_bool(request.send().await, "PutItem")?;
+        drop(_g);
+        if written {
+            return Ok(true);
+        }
+        // This very write, applied by a try whose answer was lost?
+        Ok(self.get_replay(&replay.id).await?.as_ref() == Some(replay))
     }
 
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {

@@ -480,23 +480,23 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             delivery.id.as_str(),
             delivery.endpoint_id.as_str(),
         );
-        if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
-            let answered_2xx = status_code.is_some_and(|s| (200..300).contains(&s));
-            self.track_health(ep, answered_2xx, now).await?;
-        }
-        if matches!(
+        let gone = matches!(
             transition,
             Transition::Failed {
                 reason: FailReason::EndpointGone
             }
-        ) {
-            const GONE: &str = "endpoint answered 410 Gone";
-            if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
-                self.announce_disabled(ep, GONE, now).await?;
+        );
+        if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
+            if gone {
+                // Disabled at once, as judged at this version (no health
+                // write first: it would move the version on).
+                self.disable(ep, "endpoint answered 410 Gone", now).await?;
+            } else {
+                let answered_2xx = status_code.is_some_and(|s| (200..300).contains(&s));
+                self.track_health(ep, answered_2xx, now).await?;
             }
-            self.store
-                .disable_endpoint(&delivery.app_id, &delivery.endpoint_id, GONE, now)
-                .await?;
+        }
+        if gone {
             self.forget_endpoint(&delivery.endpoint_id);
         }
         Ok(outcome)
@@ -529,6 +529,35 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
 
     /// `endpoint.disabled`, announced before the endpoint is disabled (the
     /// occurrence is the version it is disabled from).
+    /// Disables `endpoint` as judged at its version (a cached copy may be
+    /// up to the cache's time to live old): if it changed since (re-enabled,
+    /// a new URL, a PATCH), nothing is disabled and nothing announced.
+    /// Announced once disabled (the announcement's id is the judged
+    /// version's, so a repeat is the same event).
+    async fn disable(
+        &self,
+        endpoint: &Endpoint,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, PipelineError> {
+        let disabled = self
+            .store
+            .disable_endpoint(
+                &endpoint.app_id,
+                &endpoint.id,
+                reason,
+                endpoint.version,
+                now,
+            )
+            .await?;
+        if disabled {
+            self.announce_disabled(endpoint, reason, now).await?;
+        } else {
+            tracing::info!(endpoint_id = %endpoint.id, version = endpoint.version, "not disabled: the endpoint changed since it was judged");
+        }
+        Ok(disabled)
+    }
+
     async fn announce_disabled(
         &self,
         endpoint: &Endpoint,
@@ -572,11 +601,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     "no 2xx answer since {} (WEBHOOKS_DISABLE_AFTER)",
                     since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 );
-                self.announce_disabled(endpoint, &reason, now).await?;
-                self.store
-                    .disable_endpoint(&endpoint.app_id, &endpoint.id, &reason, now)
-                    .await?;
-                tracing::warn!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, failing_since = %since, "endpoint disabled: failing too long");
+                if self.disable(endpoint, &reason, now).await? {
+                    tracing::warn!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, failing_since = %since, "endpoint disabled: failing too long");
+                }
                 self.forget_endpoint(&endpoint.id);
                 return Ok(());
             }
@@ -687,6 +714,76 @@ mod tests {
     fn move_clock_to(at: DateTime<Utc>) {
         let delta = (at - Utc::now()).num_milliseconds();
         SHIFT_MS.store(delta, Ordering::SeqCst);
+    }
+
+    /// A 410 judged from a cached copy of the endpoint older than its
+    /// current state (re-enabled, or its URL fixed, after that copy was
+    /// read): the endpoint is not disabled and nothing is announced. The
+    /// same 410 from a current copy disables it.
+    #[tokio::test]
+    async fn a_410_from_a_stale_copy_of_the_endpoint_disables_nothing() {
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(410)),
+            Settings::for_tests(&[]).unwrap(),
+        );
+        let now = Utc::now();
+        let ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("a").unwrap(),
+            "https://example.com/old",
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            now,
+        );
+        deliverer.store.put_endpoint(&ep).await.unwrap();
+        let delivery = |n: usize| {
+            let event = Event::new(
+                EventId::new_fanout_base(now, &mut rand::thread_rng()),
+                ep.app_id.clone(),
+                EventType::parse("order.paid").unwrap(),
+                &serde_json::value::RawValue::from_string(format!("{{\"n\":{n}}}")).unwrap(),
+                now,
+            );
+            let d = Delivery::new(
+                DeliveryId::for_event_endpoint(&event.id, &ep.id),
+                &event,
+                ep.id.clone(),
+                now,
+            );
+            deliverer.store.insert_event(StoredEvent {
+                event,
+                targets: vec![],
+                fanout_remaining: vec![],
+                fanout_version: 0,
+            });
+            deliverer.store.insert_delivery(d.clone());
+            message_for(&d, now).unwrap().0
+        };
+        // The deliverer reads (and caches) the endpoint at its version...
+        let first = delivery(1);
+        let second = delivery(2);
+        assert!(deliverer
+            .endpoint(&ep.app_id, &ep.id)
+            .await
+            .unwrap()
+            .is_some());
+        // ... then the user moves it to a new URL (a new version).
+        let mut moved = ep.clone();
+        moved.url = "https://example.com/new".into();
+        moved.version += 1;
+        assert!(deliverer
+            .store
+            .update_endpoint(&moved, ep.version)
+            .await
+            .unwrap());
+        // The old copy's 410: nothing disabled.
+        deliverer.handle(&first).await.unwrap();
+        let now_stored = deliverer.store.endpoint(&ep.id).unwrap();
+        assert!(!now_stored.disabled, "a stale judgement disabled it");
+        // Judged again from the current state: disabled.
+        deliverer.handle(&second).await.unwrap();
+        assert!(deliverer.store.endpoint(&ep.id).unwrap().disabled);
     }
 
     /// A limit of 1 request per second: of four attempts handled at once, the

@@ -362,15 +362,19 @@ impl Store for MemoryStore {
         _app: &AppId,
         id: &EndpointId,
         reason: &str,
+        expected_version: u64,
         now: DateTime<Utc>,
-    ) -> Result<()> {
-        if let Some(e) = lock(&self.state).endpoints.get_mut(id) {
-            e.disabled = true;
-            e.disabled_reason = Some(reason.to_owned());
-            e.updated_at = now;
-            e.version += 1;
+    ) -> Result<bool> {
+        match lock(&self.state).endpoints.get_mut(id) {
+            Some(e) if e.version == expected_version => {
+                e.disabled = true;
+                e.disabled_reason = Some(reason.to_owned());
+                e.updated_at = now;
+                e.version += 1;
+                Ok(true)
+            }
+            _ => Ok(false),
         }
-        Ok(())
     }
     async fn set_failing_since(
         &self,

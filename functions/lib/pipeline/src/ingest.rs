@@ -201,7 +201,6 @@ struct Planned {
     deliveries: usize,
     body: String,
     request_hash: String,
-    key: Option<String>,
 }
 
 fn plan(
@@ -221,7 +220,7 @@ fn plan(
     );
     let body =
         serde_json::to_string(&response).map_err(|e| PipelineError::Corrupt(e.to_string()))?;
-    new.idempotency = valid.idempotency_key.clone().map(|key| IdempotencyRecord {
+    new.idempotency = valid.idempotency_key.map(|key| IdempotencyRecord {
         app_id: app_id.clone(),
         key,
         request_hash: valid.request_hash.clone(),
@@ -233,7 +232,6 @@ fn plan(
         deliveries: response.delivery_ids.len(),
         body,
         request_hash: valid.request_hash,
-        key: valid.idempotency_key,
     })
 }
 
@@ -265,14 +263,12 @@ async fn commit<S: Store>(
             CommitOutcome::IdempotencyKeyTaken(existing) => {
                 return replay(existing, &planned.request_hash)
             }
+            // Committed again: a key taken meanwhile is answered by the
+            // store (which first completes the event its record names, if
+            // that request stopped before writing it).
             CommitOutcome::Contended => {
                 tracing::info!(event_id = %new.event.id, round, "event transaction contended; retrying");
                 tokio::time::sleep(std::time::Duration::from_millis(25 << round)).await;
-                if let Some(key) = &planned.key {
-                    if let Some(existing) = store.get_idempotency(app_id, key).await? {
-                        return replay(existing, &planned.request_hash);
-                    }
-                }
             }
         }
     }

@@ -376,14 +376,17 @@ pub trait Store: Send + Sync {
         since: DateTime<Utc>,
     ) -> impl Future<Output = Result<EndpointHours>> + Send;
     /// Disables an endpoint with a reason (e.g. it answered 410 Gone),
-    /// bumping its version; a deleted endpoint stays deleted.
+    /// bumping its version, if it is still at `expected_version` (the
+    /// version the caller judged it at). `Ok(false)`: it changed (re-enabled,
+    /// a new URL) or is gone; nothing written.
     fn disable_endpoint(
         &self,
         app: &AppId,
         id: &EndpointId,
         reason: &str,
+        expected_version: u64,
         now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Records when an endpoint's attempts started failing (`None`: it
     /// answered 2xx again), bumping its version, if it is still at
