@@ -1,16 +1,15 @@
 //! The dispatch function: DynamoDB stream -> SQS.
 //!
-//! [`handle`] is the batch wrapper (partial failures by sequence number); the
-//! per-record work is [`hookline_pipeline::dispatch`].
+//! [`handle`] is the batch wrapper (partial failures by sequence number) and
+//! decodes the records' images; the per-record work, in order, is
+//! [`hookline_pipeline::dispatch::dispatch_changes`].
 
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use chrono::{DateTime, Utc};
 use hookline_aws::schema::decode_stream_image;
-use hookline_core::model::Delivery;
-use hookline_pipeline::dispatch::{materialise_fanout, queue_pending, StreamChange};
+use hookline_pipeline::dispatch::{dispatch_changes, RecordChange, StreamChange};
 use hookline_pipeline::ports::{Queue, Store};
-use hookline_pipeline::replay::continue_replay;
 
 /// Handles one batch of stream records, in order. At the first record that
 /// fails, it stops and reports that record and every one after it: Lambda
@@ -47,102 +46,28 @@ pub async fn handle<S: Store, Q: Queue>(
     response
 }
 
-/// Runs the records in order; returns the index of the first that failed.
-/// Consecutive pending deliveries are queued together (SendMessageBatch by
-/// 10) before anything that follows them.
+/// Decodes the records (new images only) and runs them in order
+/// ([`dispatch_changes`]); the index of the first that failed.
 async fn handle_in_order<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     event: Event,
     now: DateTime<Utc>,
 ) -> Option<usize> {
-    let mut run = Run::default();
-    for (index, record) in event.records.into_iter().enumerate() {
-        let seq = record.change.sequence_number.clone().unwrap_or_default();
-        if record.event_name == "REMOVE" {
-            continue;
-        }
-        match decode_stream_image(record.change.new_image) {
-            Ok(StreamChange::PendingDelivery(d)) => run.deliveries.push((index, *d)),
-            // Only the insert: a later change of the event (its retention
-            // pushed back) must not send the first attempts again.
-            Ok(StreamChange::ListedFanout(stored)) if record.event_name == "INSERT" => {
-                for delivery in stored.listed_deliveries() {
-                    run.deliveries.push((index, delivery));
-                }
-                run.events.push(stored.event);
-            }
-            Ok(StreamChange::ListedFanout(_) | StreamChange::Ignored) => {}
-            Ok(StreamChange::EventFanout(event_id)) => {
-                if let Some(failed) = flush(store, queue, &mut run, now).await {
-                    return Some(failed);
-                }
-                if let Err(err) = materialise_fanout(store, &event_id, now).await {
-                    tracing::error!(event_id = %event_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "fan-out failed");
-                    return Some(index);
-                }
-            }
-            Ok(StreamChange::RunningReplay(replay_id)) => {
-                if let Some(failed) = flush(store, queue, &mut run, now).await {
-                    return Some(failed);
-                }
-                if let Err(err) = continue_replay(store, &replay_id, now).await {
-                    tracing::error!(replay_id = %replay_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "replay step failed");
-                    return Some(index);
-                }
-            }
-            Err(err) => {
-                if let Some(failed) = flush(store, queue, &mut run, now).await {
-                    return Some(failed);
-                }
-                tracing::error!(sequence_number = %seq, error = %hookline_core::error::Chain(&err), "undecodable stream record");
-                return Some(index);
-            }
-        }
-    }
-    flush(store, queue, &mut run, now).await
-}
-
-/// Consecutive records' deliveries to queue together, with the events whose
-/// bodies their stream images carried.
-#[derive(Default)]
-struct Run {
-    deliveries: Vec<(usize, Delivery)>,
-    events: Vec<hookline_core::model::Event>,
-}
-
-/// Queues a run of pending deliveries; the record index of the first one
-/// not accepted, if any.
-async fn flush<S: Store, Q: Queue>(
-    store: &S,
-    queue: &Q,
-    run: &mut Run,
-    now: DateTime<Utc>,
-) -> Option<usize> {
-    let Run {
-        deliveries: batch,
-        events,
-    } = std::mem::take(run);
-    if batch.is_empty() {
-        return None;
-    }
-    let refs: Vec<&Delivery> = batch.iter().map(|(_, d)| d).collect();
-    let known: Vec<&hookline_core::model::Event> = events.iter().collect();
-    match queue_pending(store, queue, &refs, &known, now).await {
-        Ok(failed_ids) => {
-            batch
-                .iter()
-                .find(|(_, d)| failed_ids.contains(&d.id))
-                .map(|(index, d)| {
-                    tracing::error!(delivery_id = %d.id, "queue refused a delivery message");
-                    *index
-                })
-        }
-        Err(err) => {
-            tracing::error!(error = %hookline_core::error::Chain(&err), deliveries = batch.len(), "queueing failed");
-            batch.first().map(|(index, _)| *index)
-        }
-    }
+    let changes = event
+        .records
+        .into_iter()
+        .map(|record| RecordChange {
+            sequence: record.change.sequence_number.clone().unwrap_or_default(),
+            insert: record.event_name == "INSERT",
+            change: if record.event_name == "REMOVE" {
+                Ok(StreamChange::Ignored)
+            } else {
+                decode_stream_image(record.change.new_image)
+            },
+        })
+        .collect();
+    dispatch_changes(store, queue, changes, now).await
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(|event: LambdaEvent<Event>| {
         let deps = &deps;
         async move {
-            let (store, queue) = deps.adapters().await?;
+            let (store, queue) = deps.adapters_unchecked().await?;
             let now = chrono::Utc::now();
             Ok::<_, Error>(hookline_dispatch::handle(store, queue, event.payload, now).await)
         }

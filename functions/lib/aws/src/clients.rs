@@ -288,13 +288,23 @@ impl Deps {
     pub async fn adapters(
         &self,
     ) -> Result<&(crate::DynamoStore, crate::SqsQueue), hookline_pipeline::error::BoxError> {
-        self.adapters
-            .get_or_try_init(|| async {
-                let (store, queue) = store_and_queue(&self.settings).await?;
-                store.check_format().await?;
-                Ok::<_, hookline_pipeline::error::BoxError>((store, queue))
-            })
-            .await
+        let adapters = self.adapters_unchecked().await?;
+        adapters.0.check_format().await?;
+        Ok(adapters)
+    }
+
+    /// The store and queue, the format not checked: for dispatch, whose
+    /// everyday path reads no item (a new event's first attempts come from
+    /// its stream image), so a check would be its first invocation's one
+    /// extra request. A stream image of another format does not decode:
+    /// its batch fails, naming the record.
+    pub async fn adapters_unchecked(
+        &self,
+    ) -> Result<&(crate::DynamoStore, crate::SqsQueue), hookline_pipeline::error::BoxError> {
+        Ok(self
+            .adapters
+            .get_or_try_init(|| store_and_queue(&self.settings))
+            .await?)
     }
 }
 

@@ -208,9 +208,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         Ok(hookline_core::rate::slot_start(number, per_second))
     }
 
-    /// The same, reading time from `clock` (tests).
-    #[cfg(test)]
-    fn with_clock(mut self, clock: fn() -> DateTime<Utc>) -> Self {
+    /// The same, reading time from `clock` (tests, the scale simulation).
+    #[cfg(any(test, feature = "fakes"))]
+    pub fn with_clock(mut self, clock: fn() -> DateTime<Utc>) -> Self {
         self.clock = clock;
         self
     }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use crate::messages::{delay_seconds, DeliveryMessage, INLINE_BODY_MAX};
 use crate::ports::{Queue, Store, StoredEvent, FANOUT_CHUNK};
+use crate::replay::continue_replay;
 use crate::PipelineError;
 
 /// What a stream record's new image asks of dispatch.
@@ -31,6 +32,114 @@ pub enum StreamChange {
     RunningReplay(ReplayId),
     /// Anything else (endpoints, terminal deliveries, removals).
     Ignored,
+}
+
+/// One stream record as dispatch acts on it: its new image decoded.
+#[derive(Debug)]
+pub struct RecordChange {
+    /// Its sequence number (for logs).
+    pub sequence: String,
+    /// An INSERT (a listed fan-out's first attempts are sent on insert only).
+    pub insert: bool,
+    pub change: Result<StreamChange, PipelineError>,
+}
+
+/// Runs a batch's records in order; the index of the first that failed
+/// (the caller reports it and every later one: Lambda retries the batch
+/// from there, so nothing after a failure is acted on now). Consecutive
+/// pending deliveries are queued together (SendMessageBatch by 10) before
+/// anything that follows them. Handling is idempotent, so a re-delivered
+/// record is harmless.
+pub async fn dispatch_changes<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    changes: Vec<RecordChange>,
+    now: DateTime<Utc>,
+) -> Option<usize> {
+    let mut run = Run::default();
+    for (index, record) in changes.into_iter().enumerate() {
+        let seq = record.sequence;
+        match record.change {
+            Ok(StreamChange::PendingDelivery(d)) => run.deliveries.push((index, *d)),
+            // Only the insert: a later change of the event (its retention
+            // pushed back) must not send the first attempts again.
+            Ok(StreamChange::ListedFanout(stored)) if record.insert => {
+                for delivery in stored.listed_deliveries() {
+                    run.deliveries.push((index, delivery));
+                }
+                run.events.push(stored.event);
+            }
+            Ok(StreamChange::ListedFanout(_) | StreamChange::Ignored) => {}
+            Ok(StreamChange::EventFanout(event_id)) => {
+                if let Some(failed) = flush(store, queue, &mut run, now).await {
+                    return Some(failed);
+                }
+                if let Err(err) = materialise_fanout(store, &event_id, now).await {
+                    tracing::error!(event_id = %event_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "fan-out failed");
+                    return Some(index);
+                }
+            }
+            Ok(StreamChange::RunningReplay(replay_id)) => {
+                if let Some(failed) = flush(store, queue, &mut run, now).await {
+                    return Some(failed);
+                }
+                if let Err(err) = continue_replay(store, &replay_id, now).await {
+                    tracing::error!(replay_id = %replay_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "replay step failed");
+                    return Some(index);
+                }
+            }
+            Err(err) => {
+                if let Some(failed) = flush(store, queue, &mut run, now).await {
+                    return Some(failed);
+                }
+                tracing::error!(sequence_number = %seq, error = %hookline_core::error::Chain(&err), "undecodable stream record");
+                return Some(index);
+            }
+        }
+    }
+    flush(store, queue, &mut run, now).await
+}
+
+/// Consecutive records' deliveries to queue together, with the events whose
+/// bodies their stream images carried.
+#[derive(Default)]
+struct Run {
+    deliveries: Vec<(usize, Delivery)>,
+    events: Vec<Event>,
+}
+
+/// Queues a run of pending deliveries; the record index of the first one
+/// not accepted, if any.
+async fn flush<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    run: &mut Run,
+    now: DateTime<Utc>,
+) -> Option<usize> {
+    let Run {
+        deliveries: batch,
+        events,
+    } = std::mem::take(run);
+    if batch.is_empty() {
+        return None;
+    }
+    let refs: Vec<&Delivery> = batch.iter().map(|(_, d)| d).collect();
+    let known: Vec<&Event> = events.iter().collect();
+    match queue_pending(store, queue, &refs, &known, now).await {
+        Ok(failed_ids) => {
+            batch
+                .iter()
+                .find(|(_, d)| failed_ids.contains(&d.id))
+                .map(|(index, d)| {
+                    tracing::error!(delivery_id = %d.id, "queue refused a delivery message");
+                    *index
+                })
+        }
+        Err(err) => {
+            tracing::error!(error = %hookline_core::error::Chain(&err), deliveries = batch.len(), "queueing failed");
+            batch.first().map(|(index, _)| *index)
+        }
+    }
 }
 
 /// The queue message for a pending delivery's next attempt, and its delay.

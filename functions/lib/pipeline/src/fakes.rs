@@ -62,6 +62,9 @@ struct StoreState {
     page_delay: Duration,
     /// Sweep and overdue pages read so far.
     pages_read: u32,
+    /// The table's stream as dispatch would see it, when recorded
+    /// ([`MemoryStore::record_stream`]): what each write's new image decodes to.
+    stream: Option<Vec<crate::dispatch::RecordChange>>,
     idempotency: HashMap<(AppId, String), IdempotencyRecord>,
     api_keys: HashMap<ApiKeyId, ApiKey>,
     /// Per endpoint: its hours' counts and its waiting gauge.
@@ -74,6 +77,29 @@ struct StoreState {
 }
 
 impl StoreState {
+    /// Appends to the stream, when it is recorded.
+    fn streamed(&mut self, insert: bool, change: crate::dispatch::StreamChange) {
+        if let Some(stream) = &mut self.stream {
+            let sequence = stream.len().to_string();
+            stream.push(crate::dispatch::RecordChange {
+                sequence,
+                insert,
+                change: Ok(change),
+            });
+        }
+    }
+
+    /// A delivery item written: a pending one not re-queued by the
+    /// reconciler is a stream record dispatch queues.
+    fn delivery_streamed(&mut self, insert: bool, d: &Delivery) {
+        if d.status == DeliveryStatus::Pending && !d.requeued {
+            self.streamed(
+                insert,
+                crate::dispatch::StreamChange::PendingDelivery(Box::new(d.clone())),
+            );
+        }
+    }
+
     fn put_event(&mut self, e: StoredEvent) {
         self.event_order.insert((
             memory_shard(e.event.id.as_str(), MEMORY_SHARDS),
@@ -215,6 +241,51 @@ impl MemoryStore {
     /// Every sweep and overdue page takes `delay` from now on.
     pub fn slow_pages(&self, delay: Duration) {
         lock(&self.state).page_delay = delay;
+    }
+
+    /// Records the table's stream from now on (see [`Self::take_stream`]).
+    pub fn record_stream(&self) {
+        lock(&self.state).stream.get_or_insert_with(Vec::new);
+    }
+
+    /// The stream records since the last call, oldest first.
+    pub fn take_stream(&self) -> Vec<crate::dispatch::RecordChange> {
+        lock(&self.state)
+            .stream
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// What DynamoDB's TTL does, for long simulations: removes every event
+    /// created before `before` whose deliveries have all finished, with
+    /// their delivery items (an event never outlives its pending work).
+    /// Returns how many events were removed.
+    pub fn expire_finished_before(&self, before: DateTime<Utc>) -> usize {
+        let mut s = lock(&self.state);
+        let old: Vec<EventId> = s
+            .events
+            .values()
+            .filter(|e| e.event.created_at < before && e.fanout_remaining.is_empty())
+            .filter(|e| {
+                e.listed_deliveries().iter().all(|d| {
+                    s.deliveries
+                        .get(&d.id)
+                        .is_some_and(|d| d.status != DeliveryStatus::Pending)
+                })
+            })
+            .map(|e| e.event.id.clone())
+            .collect();
+        for id in &old {
+            if let Some(e) = s.events.remove(id) {
+                for d in e.listed_deliveries() {
+                    s.deliveries.remove(&d.id);
+                }
+                s.event_order
+                    .remove(&(memory_shard(id.as_str(), MEMORY_SHARDS), id.clone()));
+            }
+        }
+        old.len()
     }
 
     /// Sweep and overdue pages read so far.
@@ -415,14 +486,27 @@ impl Store for MemoryStore {
             s.idempotency
                 .insert((r.app_id.clone(), r.key.clone()), r.clone());
         }
-        s.put_event(StoredEvent {
+        let stored = StoredEvent {
             event: new.event.clone(),
             targets: new.targets.clone(),
             fanout_remaining: new.fanout_remaining.clone(),
             fanout_version: 0,
-        });
+        };
+        if !stored.targets.is_empty() {
+            s.streamed(
+                true,
+                crate::dispatch::StreamChange::ListedFanout(Box::new(stored.clone())),
+            );
+        } else if !stored.fanout_remaining.is_empty() {
+            s.streamed(
+                true,
+                crate::dispatch::StreamChange::EventFanout(stored.event.id.clone()),
+            );
+        }
+        s.put_event(stored);
         for d in &new.deliveries {
             s.deliveries.insert(d.id.clone(), d.clone());
+            s.delivery_streamed(true, d);
         }
         Ok(CommitOutcome::Committed)
     }
@@ -457,9 +541,16 @@ impl Store for MemoryStore {
         event.fanout_version += 1;
         event.fanout_remaining = remaining.to_vec();
         for d in deliveries {
-            s.deliveries
-                .entry(d.id.clone())
-                .or_insert_with(|| d.clone());
+            if !s.deliveries.contains_key(&d.id) {
+                s.deliveries.insert(d.id.clone(), d.clone());
+                s.delivery_streamed(true, d);
+            }
+        }
+        if !remaining.is_empty() {
+            s.streamed(
+                false,
+                crate::dispatch::StreamChange::EventFanout(event_id.clone()),
+            );
         }
         Ok(true)
     }
@@ -526,10 +617,12 @@ impl Store for MemoryStore {
         match s.deliveries.get_mut(&delivery.id) {
             Some(d) if d.version == expected_version => {
                 *d = delivery.clone();
+                s.delivery_streamed(false, delivery);
                 Ok(true)
             }
             None if expected_version == 0 => {
                 s.deliveries.insert(delivery.id.clone(), delivery.clone());
+                s.delivery_streamed(true, delivery);
                 Ok(true)
             }
             _ => Ok(false),
@@ -690,6 +783,7 @@ impl Store for MemoryStore {
             return Ok(false);
         }
         s.deliveries.insert(delivery.id.clone(), delivery.clone());
+        s.delivery_streamed(true, delivery);
         Ok(true)
     }
     async fn events_in_window(
@@ -734,6 +828,12 @@ impl Store for MemoryStore {
             return Ok(false);
         }
         s.replays.insert(replay.id.clone(), replay.clone());
+        if !replay.complete {
+            s.streamed(
+                expected_version.is_none(),
+                crate::dispatch::StreamChange::RunningReplay(replay.id.clone()),
+            );
+        }
         Ok(true)
     }
     async fn put_api_key(&self, key: &ApiKey) -> Result<()> {
