@@ -56,7 +56,101 @@ fn key_of(item: &Value) -> (String, String) {
     (text("PK"), text("SK"))
 }
 
+/// DynamoDB's limit of item bytes read per query page (before any filter
+/// or projection).
+const PAGE_BYTES: usize = 1 << 20;
+
+/// `item` with only the attributes of `request`'s `ProjectionExpression`
+/// (`#names` resolved), or whole.
+fn project(item: &Value, request: &Value) -> Value {
+    let Some(projection) = request["ProjectionExpression"].as_str() else {
+        return item.clone();
+    };
+    let names = &request["ExpressionAttributeNames"];
+    let mut out = serde_json::Map::new();
+    for attr in projection.split(',').map(str::trim) {
+        let name = names[attr].as_str().unwrap_or(attr);
+        if let Some(value) = item.get(name) {
+            out.insert(name.to_owned(), value.clone());
+        }
+    }
+    Value::Object(out)
+}
+
 impl Tables {
+    /// A query of the table (not an index): the partition key, then the
+    /// sort key's `begins_with` or `BETWEEN` (with `<` for a bound below),
+    /// from `ExclusiveStartKey`, a page of at most [`PAGE_BYTES`] read,
+    /// `attribute_exists` filters and the projection applied.
+    fn query(&self, request: &Value) -> Value {
+        let values = &request["ExpressionAttributeValues"];
+        let condition = request["KeyConditionExpression"]
+            .as_str()
+            .unwrap_or_default();
+        let text = |name: &str| values[name]["S"].as_str().unwrap_or_default().to_owned();
+        let pk = text(":pk");
+        let prefix = if condition.contains("begins_with") {
+            values
+                .as_object()
+                .and_then(|m| m.iter().find(|(k, _)| *k != ":pk"))
+                .and_then(|(_, v)| v["S"].as_str())
+                .unwrap_or_default()
+                .to_owned()
+        } else {
+            String::new()
+        };
+        let (low, high) = if condition.contains("BETWEEN") {
+            let mut bound = condition
+                .split("BETWEEN")
+                .nth(1)
+                .unwrap_or_default()
+                .split("AND")
+                .map(|name| text(name.trim()));
+            (bound.next(), bound.next())
+        } else {
+            (None, None)
+        };
+        let start = request
+            .get("ExclusiveStartKey")
+            .filter(|k| k.is_object())
+            .map(key_of);
+        let filter = request["FilterExpression"]
+            .as_str()
+            .and_then(|f| f.strip_prefix("attribute_exists("))
+            .and_then(|f| f.strip_suffix(')'));
+        let limit = request["Limit"].as_u64().map_or(usize::MAX, |l| l as usize);
+        let mut items = Vec::new();
+        let (mut read, mut count) = (0usize, 0usize);
+        let (mut last, mut truncated) = (None, false);
+        for ((p, sk), item) in self.items.range((pk.clone(), String::new())..) {
+            if *p != pk {
+                break;
+            }
+            if start.as_ref().is_some_and(|(_, after)| sk <= after)
+                || !sk.starts_with(&prefix)
+                || low.as_ref().is_some_and(|l| sk < l)
+                || high.as_ref().is_some_and(|h| sk > h)
+            {
+                continue;
+            }
+            if read >= PAGE_BYTES || count >= limit {
+                truncated = true;
+                break;
+            }
+            read += item.to_string().len();
+            count += 1;
+            last = Some((p.clone(), sk.clone()));
+            if filter.is_none_or(|attr| item.get(attr).is_some()) {
+                items.push(project(item, request));
+            }
+        }
+        let mut answer = json!({"Items": items, "Count": items.len(), "ScannedCount": count});
+        if let (true, Some((p, sk))) = (truncated, last) {
+            answer["LastEvaluatedKey"] = json!({"PK": {"S": p}, "SK": {"S": sk}});
+        }
+        answer
+    }
+
     fn put(&mut self, item: &Value) {
         self.items.insert(key_of(item), item.clone());
         self.stream.push(item.clone());
@@ -96,28 +190,13 @@ impl Tables {
                         .flatten()
                         .filter_map(|key| self.items.get(&key_of(key)))
                         .collect();
+                    let found: Vec<Value> =
+                        found.into_iter().map(|item| project(item, asked)).collect();
                     responses.insert(table.clone(), json!(found));
                 }
                 Some(json!({"Responses": responses, "UnprocessedKeys": {}}))
             }
-            "Query" if request.get("IndexName").is_none() => {
-                let values = &request["ExpressionAttributeValues"];
-                let pk = values[":pk"]["S"].as_str().unwrap_or_default();
-                let prefix = request["KeyConditionExpression"]
-                    .as_str()
-                    .filter(|k| k.contains("begins_with"))
-                    .and_then(|_| values.as_object())
-                    .and_then(|m| m.iter().find(|(k, _)| *k != ":pk"))
-                    .and_then(|(_, v)| v["S"].as_str())
-                    .unwrap_or_default();
-                let items: Vec<&Value> = self
-                    .items
-                    .iter()
-                    .filter(|((p, s), _)| p == pk && s.starts_with(prefix))
-                    .map(|(_, item)| item)
-                    .collect();
-                Some(json!({"Items": items, "Count": items.len(), "ScannedCount": items.len()}))
-            }
+            "Query" if request.get("IndexName").is_none() => Some(self.query(request)),
             "SendMessageBatch" => {
                 for entry in request["Entries"].as_array().into_iter().flatten() {
                     self.messages
