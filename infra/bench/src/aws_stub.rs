@@ -412,17 +412,8 @@ impl AwsStub {
         use hookline_core::model::Endpoint;
         use hookline_core::signing::Secret;
         use hookline_pipeline::ports::Store as _;
-        let (stub, url) = Self::start_stateful()
-            .await
-            .map_err(|e| format!("AWS stub: {e}"))?;
-        let config = hookline_local::clients::local_sdk_config(&url).await;
-        let clients = hookline_aws::clients::Clients::from_config(&config);
-        let store = hookline_aws::DynamoStore::new(
-            &clients,
-            FIXTURE_TABLE,
-            std::time::Duration::from_secs(30 * 86_400),
-        )
-        .sealed_with(std::sync::Arc::new(
+        let (stub, url, store, clients) = Self::start_with_store().await?;
+        let store = store.sealed_with(std::sync::Arc::new(
             hookline_aws::sealing::SecretSealer::new(clients.kms.clone(), FIXTURE_KMS_KEY),
         ));
         let endpoint = Endpoint::new(
@@ -447,6 +438,30 @@ impl AwsStub {
     /// A stateful stub's table from now on: what was put so far is read
     /// back, nothing more is kept (every writer finds the table as it was:
     /// repeated cold starts each see the same one).
+    /// A stateful stub, and the functions' own store (30 days' retention)
+    /// on its URL, with the clients it is built on: for seeding it.
+    pub async fn start_with_store() -> Result<
+        (
+            Self,
+            String,
+            hookline_aws::DynamoStore,
+            hookline_aws::clients::Clients,
+        ),
+        String,
+    > {
+        let (stub, url) = Self::start_stateful()
+            .await
+            .map_err(|e| format!("AWS stub: {e}"))?;
+        let config = hookline_local::clients::local_sdk_config(&url).await;
+        let clients = hookline_aws::clients::Clients::from_config(&config);
+        let store = hookline_aws::DynamoStore::new(
+            &clients,
+            FIXTURE_TABLE,
+            std::time::Duration::from_secs(30 * 86_400),
+        );
+        Ok((stub, url, store, clients))
+    }
+
     pub fn freeze(&self) {
         if let Some(state) = &self.state {
             hookline_core::sync::lock(state).frozen = true;

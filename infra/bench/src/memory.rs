@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::aws_stub::{AwsStub, FIXTURE_TABLE};
+use crate::aws_stub::AwsStub;
 use crate::stub::RuntimeStub;
 
 /// One run's figures.
@@ -40,16 +40,7 @@ pub async fn reconcile_window(
     events: usize,
     payload_bytes: usize,
 ) -> Result<WindowRun, String> {
-    let (aws, url) = AwsStub::start_stateful()
-        .await
-        .map_err(|e| format!("AWS stub: {e}"))?;
-    let config = hookline_local::clients::local_sdk_config(&url).await;
-    let clients = hookline_aws::clients::Clients::from_config(&config);
-    let store = hookline_aws::DynamoStore::new(
-        &clients,
-        FIXTURE_TABLE,
-        std::time::Duration::from_secs(30 * 86_400),
-    );
+    let (aws, url, store, _) = AwsStub::start_with_store().await?;
     let routes = vec![EndpointRoute {
         id: EndpointId::generate(),
         event_types: vec![],

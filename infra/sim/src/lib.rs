@@ -355,35 +355,22 @@ pub async fn run(config: &Config) -> Figures {
         }
 
         // The stream, to dispatch in batches of 100; some given up.
-        let stream = store.take_stream();
-        let mut batch: Vec<RecordChange> = Vec::with_capacity(100);
-        for record in stream {
-            batch.push(record);
-            if batch.len() == 100 {
-                dispatch_batch(
-                    store,
-                    queue,
-                    &mut batch,
-                    config,
-                    &mut rng,
-                    now,
-                    &mut lost_at,
-                    &mut figures,
-                )
-                .await;
-            }
+        let mut stream = store.take_stream();
+        while !stream.is_empty() {
+            let rest = stream.split_off(stream.len().min(100));
+            let batch = std::mem::replace(&mut stream, rest);
+            dispatch_batch(
+                store,
+                queue,
+                batch,
+                config,
+                &mut rng,
+                now,
+                &mut lost_at,
+                &mut figures,
+            )
+            .await;
         }
-        dispatch_batch(
-            store,
-            queue,
-            &mut batch,
-            config,
-            &mut rng,
-            now,
-            &mut lost_at,
-            &mut figures,
-        )
-        .await;
 
         // What was sent enters the queue; some first messages never arrive.
         let sent = std::mem::take(&mut *lock(&queue.sent));
@@ -485,17 +472,13 @@ pub async fn run(config: &Config) -> Figures {
 async fn dispatch_batch(
     store: &MemoryStore,
     queue: &MemoryQueue,
-    batch: &mut Vec<RecordChange>,
+    records: Vec<RecordChange>,
     config: &Config,
     rng: &mut StdRng,
     now: DateTime<Utc>,
     lost_at: &mut HashMap<DeliveryId, i64>,
     figures: &mut Figures,
 ) {
-    if batch.is_empty() {
-        return;
-    }
-    let records = std::mem::take(batch);
     if rng.gen_bool(config.stream_batch_loss) {
         figures.stream_records_dropped += records.len() as u64;
         for record in &records {

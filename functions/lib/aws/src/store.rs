@@ -860,7 +860,6 @@ impl DynamoStore {
         floor: DateTime<Utc>,
         cutoff: DateTime<Utc>,
     ) -> Result<SweepPage> {
-        use serde_dynamo::AttributeValue as Value;
         let floor_key = due_time(floor);
         let below = format!("{}#", due_time(cutoff));
         let low = if position > floor_key.as_str() {
@@ -868,19 +867,9 @@ impl DynamoStore {
         } else {
             floor_key
         };
-        let mut query = Query::new(
-            &self.table,
-            "GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below",
-        )
-        .index(GSI_OVERDUE)
-        .value(":pk", Value::S(sweep_pk_of_shard(shard)))
-        .value(":low", Value::S(low.clone()))
-        .value(":below", Value::S(below.clone()));
-        query.limit = Some(LATE_PAGE_LIMIT);
-        let answer = {
-            let _g = self.guard().await;
-            self.http.query(&query).await.map_err(direct_error)?
-        };
+        let answer = self
+            .gsi3_page(sweep_pk_of_shard(shard), &low, &below, LATE_PAGE_LIMIT)
+            .await?;
         let mut page = SweepPage {
             position: low.clone(),
             ..SweepPage::default()
@@ -943,6 +932,33 @@ impl DynamoStore {
             tracing::info!(delivery_id = %wanted.id, version = wanted.version, "a conditional write met its own earlier try: applied");
         }
         Ok(held)
+    }
+
+    /// One page of GSI3 partition `pk`: entries with sort keys from `low`
+    /// (inclusive; `""`: the first) to `below`, at most `limit`.
+    async fn gsi3_page(
+        &self,
+        pk: String,
+        low: &str,
+        below: &str,
+        limit: i32,
+    ) -> Result<crate::dynamo_http::QueryPage> {
+        use serde_dynamo::AttributeValue as Value;
+        let mut query = if low.is_empty() {
+            Query::new(&self.table, "GSI3PK = :pk AND GSI3SK < :below")
+        } else {
+            Query::new(
+                &self.table,
+                "GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below",
+            )
+            .value(":low", Value::S(low.to_owned()))
+        }
+        .index(GSI_OVERDUE)
+        .value(":pk", Value::S(pk))
+        .value(":below", Value::S(below.to_owned()));
+        query.limit = Some(limit);
+        let _g = self.guard().await;
+        self.http.query(&query).await.map_err(direct_error)
     }
 
     /// The item at (`pk`, `sk`), read consistently.
@@ -1968,26 +1984,11 @@ impl Store for DynamoStore {
         cutoff: DateTime<Utc>,
         position: &str,
     ) -> Result<OverduePage> {
-        use serde_dynamo::AttributeValue as Value;
         // `#` sorts after every digit: all entries due strictly before cutoff.
         let below = format!("{}#", due_time(cutoff));
-        let mut query = if position.is_empty() {
-            Query::new(&self.table, "GSI3PK = :pk AND GSI3SK < :below")
-        } else {
-            Query::new(
-                &self.table,
-                "GSI3PK = :pk AND GSI3SK BETWEEN :low AND :below",
-            )
-            .value(":low", Value::S(position.to_owned()))
-        }
-        .index(GSI_OVERDUE)
-        .value(":pk", Value::S(due_pk_of_shard(shard)))
-        .value(":below", Value::S(below.clone()));
-        query.limit = Some(OVERDUE_PAGE_LIMIT);
-        let page = {
-            let _g = self.guard().await;
-            self.http.query(&query).await.map_err(direct_error)?
-        };
+        let page = self
+            .gsi3_page(due_pk_of_shard(shard), position, &below, OVERDUE_PAGE_LIMIT)
+            .await?;
         let mut out = OverduePage {
             position: position.to_owned(),
             ..OverduePage::default()

@@ -716,6 +716,37 @@ mod tests {
         SHIFT_MS.store(delta, Ordering::SeqCst);
     }
 
+    /// A pending delivery of a new event (`{"n": n}`) to `ep`, both in
+    /// `store`.
+    fn seeded_delivery(
+        store: &MemoryStore,
+        ep: &Endpoint,
+        n: usize,
+        at: DateTime<Utc>,
+    ) -> Delivery {
+        let event = Event::new(
+            EventId::new_fanout_base(at, &mut rand::thread_rng()),
+            ep.app_id.clone(),
+            EventType::parse("order.paid").unwrap(),
+            &serde_json::value::RawValue::from_string(format!("{{\"n\":{n}}}")).unwrap(),
+            at,
+        );
+        let d = Delivery::new(
+            DeliveryId::for_event_endpoint(&event.id, &ep.id),
+            &event,
+            ep.id.clone(),
+            at,
+        );
+        store.insert_event(StoredEvent {
+            event,
+            targets: vec![],
+            fanout_remaining: vec![],
+            fanout_version: 0,
+        });
+        store.insert_delivery(d.clone());
+        d
+    }
+
     /// A 410 judged from a cached copy of the endpoint older than its
     /// current state (re-enabled, or its URL fixed, after that copy was
     /// read): the endpoint is not disabled and nothing is announced. The
@@ -738,26 +769,7 @@ mod tests {
         );
         deliverer.store.put_endpoint(&ep).await.unwrap();
         let delivery = |n: usize| {
-            let event = Event::new(
-                EventId::new_fanout_base(now, &mut rand::thread_rng()),
-                ep.app_id.clone(),
-                EventType::parse("order.paid").unwrap(),
-                &serde_json::value::RawValue::from_string(format!("{{\"n\":{n}}}")).unwrap(),
-                now,
-            );
-            let d = Delivery::new(
-                DeliveryId::for_event_endpoint(&event.id, &ep.id),
-                &event,
-                ep.id.clone(),
-                now,
-            );
-            deliverer.store.insert_event(StoredEvent {
-                event,
-                targets: vec![],
-                fanout_remaining: vec![],
-                fanout_version: 0,
-            });
-            deliverer.store.insert_delivery(d.clone());
+            let d = seeded_delivery(&deliverer.store, &ep, n, now);
             message_for(&d, now).unwrap().0
         };
         // The deliverer reads (and caches) the endpoint at its version...
@@ -820,29 +832,7 @@ mod tests {
             )
         };
         deliverer.store.put_endpoint(&ep).await.unwrap();
-        let new_delivery = |n: usize| {
-            let event = Event::new(
-                EventId::new_fanout_base(t0, &mut rand::thread_rng()),
-                ep.app_id.clone(),
-                EventType::parse("order.paid").unwrap(),
-                &serde_json::value::RawValue::from_string(format!("{{\"n\":{n}}}")).unwrap(),
-                t0,
-            );
-            let d = Delivery::new(
-                DeliveryId::for_event_endpoint(&event.id, &ep.id),
-                &event,
-                ep.id.clone(),
-                t0,
-            );
-            deliverer.store.insert_event(StoredEvent {
-                event,
-                targets: vec![],
-                fanout_remaining: vec![],
-                fanout_version: 0,
-            });
-            deliverer.store.insert_delivery(d.clone());
-            d
-        };
+        let new_delivery = |n: usize| seeded_delivery(&deliverer.store, &ep, n, t0);
         let stored = |d: &Delivery| {
             deliverer
                 .store
