@@ -645,6 +645,60 @@ fn new_container(
     stack.container_store(&stack.clients)
 }
 
+/// One storage format: a process on a new table writes its format item
+/// (once); a process that finds another format refuses, naming both,
+/// whether it checks at its start (ingest, retry, reconcile) or with its
+/// first read (deliver's first attempt carries the item in that request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_of_another_format_is_refused_naming_both() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use hookline_aws::schema::{FORMAT_PK, FORMAT_SK, TABLE_FORMAT};
+    let stack = Stack::start(&[]).await;
+    let (store, _) = new_container(&stack);
+    store
+        .check_format()
+        .await
+        .expect("a new table takes this format");
+    let item = raw_item(&stack, FORMAT_PK, FORMAT_SK)
+        .await
+        .expect("the format item is written");
+    assert_eq!(item["format"].as_n().unwrap(), &TABLE_FORMAT.to_string());
+    // Another build's table.
+    let other = TABLE_FORMAT + 1;
+    stack
+        .set_attribute(
+            FORMAT_PK,
+            FORMAT_SK,
+            "format",
+            AttributeValue::N(other.to_string()),
+        )
+        .await;
+    let (fresh, _) = new_container(&stack);
+    let err = fresh.check_format().await.unwrap_err();
+    let text = err.to_string();
+    assert!(!err.is_retryable(), "{text}");
+    assert!(
+        text.contains(&format!("storage format {other}"))
+            && text.contains(&format!("format {TABLE_FORMAT} only")),
+        "{text}"
+    );
+    // Deliver's first read: the same refusal, from that read.
+    let (fresh, _) = new_container(&stack);
+    let app = AppId::parse("shop").unwrap();
+    let err = fresh
+        .peek_delivery_item(&app, &DeliveryId::generate())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("storage format {other}")),
+        "{err}"
+    );
+    record_figures(
+        "format",
+        "a table of another storage format: every function's first read or start refuses it, naming both formats",
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_secrets_are_sealed_at_rest() {
     use aws_sdk_dynamodb::types::AttributeValue;
