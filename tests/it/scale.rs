@@ -166,3 +166,77 @@ async fn the_sweep_recovers_every_lost_first_message_of_a_window_past_the_old_ca
         ),
     );
 }
+
+/// Window (b) on the real stream: an event committed an hour after its
+/// creation (a producer's outbox transaction retried late), after the
+/// sweep of its day passed that time. Dispatch sees from the stream
+/// record's time that it was written late and indexes it by its write;
+/// its first message is then lost (the queue purged): the next sweep finds
+/// it through that index and queues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_long_after_its_creation_is_swept_by_its_write() {
+    let stack = Stack::start(&[
+        ("WEBHOOKS_RECONCILE_AFTER", "7s"),
+        ("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", "7s"),
+        ("WEBHOOKS_RETENTION_DAYS", "2"),
+    ])
+    .await;
+    let app = AppId::parse("shop").unwrap();
+    let routes = vec![hookline_core::model::EndpointRoute {
+        id: EndpointId::generate(),
+        event_types: vec![],
+        disabled: false,
+    }];
+    // The sweep passes the hour ago (nothing there yet).
+    let created = chrono::Utc::now() - chrono::Duration::hours(1);
+    let first = stack.reconcile().await.unwrap();
+    assert_eq!(first.swept, 0);
+    let (new, accepted) = plan_event(
+        app.clone(),
+        EventType::parse("order.paid").unwrap(),
+        &RawValue::from_string(r#"{"n":1}"#.into()).unwrap(),
+        &routes,
+        created,
+        &mut StdRng::seed_from_u64(9),
+    );
+    stack.store.commit_event(&new).await.unwrap();
+    // Dispatch queues its first message (and indexes it, from the stream
+    // record's time); the queue is then purged: that message is lost.
+    let batch: aws_lambda_events::event::dynamodb::Event =
+        serde_json::from_value(stack.next_stream_event().await.unwrap()).unwrap();
+    let late_after = hookline_pipeline::dispatch::late_after(stack.settings.reconcile_after);
+    let response = hookline_dispatch::handle(
+        &stack.store,
+        &stack.queue,
+        batch,
+        late_after,
+        chrono::Utc::now(),
+    )
+    .await;
+    assert!(response.batch_item_failures.is_empty());
+    stack
+        .clients
+        .sqs
+        .purge_queue()
+        .queue_url(&stack.settings.queue_url)
+        .send()
+        .await
+        .expect("purge the delivery queue");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let report = stack.reconcile().await.unwrap();
+    assert_eq!(report.listed_requeued, 1, "{report:?}");
+    let delivery = stack
+        .store
+        .get_delivery_item(&app, &accepted.delivery_ids[0])
+        .await
+        .unwrap()
+        .expect("written by the sweep");
+    assert_eq!(
+        (delivery.status, delivery.version),
+        (DeliveryStatus::Pending, 1)
+    );
+    record_figures(
+        "scale",
+        "an outbox event committed an hour after its creation, its first message lost: indexed by dispatch from the stream's write time, recovered by the next sweep (was: never swept)",
+    );
+}

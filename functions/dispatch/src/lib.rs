@@ -11,7 +11,8 @@ use hookline_aws::schema::decode_stream_image;
 use hookline_pipeline::dispatch::{dispatch_changes, RecordChange, StreamChange};
 use hookline_pipeline::ports::{Queue, Store};
 
-/// Handles one batch of stream records, in order. At the first record that
+/// Handles one batch of stream records, in order (`late_after`:
+/// [`hookline_pipeline::dispatch::late_after`] of the settings). At the first record that
 /// fails, it stops and reports that record and every one after it: Lambda
 /// retries the batch from the lowest reported sequence number, so records
 /// after a failure must not be acted on now (they would be queued again on
@@ -22,6 +23,7 @@ pub async fn handle<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     event: Event,
+    late_after: chrono::TimeDelta,
     now: DateTime<Utc>,
 ) -> DynamoDbEventResponse {
     let seqs: Vec<String> = event
@@ -29,7 +31,7 @@ pub async fn handle<S: Store, Q: Queue>(
         .iter()
         .map(|r| r.change.sequence_number.clone().unwrap_or_default())
         .collect();
-    let first_failure = handle_in_order(store, queue, event, now).await;
+    let first_failure = handle_in_order(store, queue, event, late_after, now).await;
     let mut response = DynamoDbEventResponse::default();
     if let Some(first) = first_failure {
         for seq in &seqs[first..] {
@@ -52,6 +54,7 @@ async fn handle_in_order<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     event: Event,
+    late_after: chrono::TimeDelta,
     now: DateTime<Utc>,
 ) -> Option<usize> {
     let changes = event
@@ -60,6 +63,9 @@ async fn handle_in_order<S: Store, Q: Queue>(
         .map(|record| RecordChange {
             sequence: record.change.sequence_number.clone().unwrap_or_default(),
             insert: record.event_name == "INSERT",
+            // Absent from a record, it reads as the epoch: unknown.
+            written_at: Some(record.change.approximate_creation_date_time)
+                .filter(|t| t.timestamp() > 0),
             change: if record.event_name == "REMOVE" {
                 Ok(StreamChange::Ignored)
             } else {
@@ -67,7 +73,7 @@ async fn handle_in_order<S: Store, Q: Queue>(
             },
         })
         .collect();
-    dispatch_changes(store, queue, changes, now).await
+    dispatch_changes(store, queue, changes, late_after, now).await
 }
 
 #[cfg(test)]
@@ -86,6 +92,9 @@ mod tests {
             .expect("fixture is JSON")
     }
 
+    /// The default `WEBHOOKS_RECONCILE_AFTER`'s.
+    const LATE: chrono::TimeDelta = chrono::TimeDelta::minutes(13);
+
     fn at(secs: i64) -> DateTime<Utc> {
         Utc.timestamp_opt(secs, 0).unwrap()
     }
@@ -97,14 +106,14 @@ mod tests {
         json: serde_json::Value,
     ) -> DynamoDbEventResponse {
         let event = serde_json::from_value(json).expect("a DynamoDB stream event");
-        handle(store, queue, event, at(1_796_217_600)).await
+        handle(store, queue, event, LATE, at(1_796_217_600)).await
     }
 
     #[tokio::test]
     async fn insert_of_a_pending_delivery_queues_attempt_one_now() {
         let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
         let event = fixture(include_str!("../../../events/stream-insert-delivery.json"));
-        let response = handle(&store, &queue, event, at(1_796_217_600)).await;
+        let response = handle(&store, &queue, event, LATE, at(1_796_217_600)).await;
         assert!(response.batch_item_failures.is_empty());
         let sent = queue.sent();
         assert_eq!(sent.len(), 1);
@@ -177,7 +186,7 @@ mod tests {
         let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
         let event = fixture(include_str!("../../../events/stream-modify-delivery.json"));
         // next_attempt_at is 13:20:31Z; now is 13:20:01Z -> 30 s delay.
-        let response = handle(&store, &queue, event, at(1_796_217_601)).await;
+        let response = handle(&store, &queue, event, LATE, at(1_796_217_601)).await;
         assert!(response.batch_item_failures.is_empty());
         let sent = queue.sent();
         assert_eq!((sent[0].0.attempt, sent[0].1), (2, 30));

@@ -16,7 +16,10 @@ async fn main() -> Result<(), Error> {
         async move {
             let (store, queue) = deps.adapters_unchecked().await?;
             let now = chrono::Utc::now();
-            Ok::<_, Error>(hookline_dispatch::handle(store, queue, event.payload, now).await)
+            let late_after = hookline_pipeline::dispatch::late_after(deps.settings.reconcile_after);
+            Ok::<_, Error>(
+                hookline_dispatch::handle(store, queue, event.payload, late_after, now).await,
+            )
         }
     }))
     .await

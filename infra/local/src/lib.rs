@@ -296,11 +296,13 @@ impl LocalStack {
         wait_secs: i32,
     ) -> Result<(PollStats, PollStats), LocalError> {
         let (store, queue) = (&self.store, &self.queue);
+        let late_after = hookline_pipeline::dispatch::late_after(self.settings.reconcile_after);
         let stream = {
             let mut source = self.stream.lock().await;
             let stats = source
                 .poll(|event| async move {
-                    hookline_dispatch::handle(store, queue, event, chrono::Utc::now()).await
+                    hookline_dispatch::handle(store, queue, event, late_after, chrono::Utc::now())
+                        .await
                 })
                 .await?;
             if let Some(path) = &self.checkpoint_file {

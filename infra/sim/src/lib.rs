@@ -502,13 +502,20 @@ async fn dispatch_batch(
             .map(|r| RecordChange {
                 sequence: r.sequence.clone(),
                 insert: r.insert,
+                written_at: r.written_at,
                 change: match &r.change {
                     Ok(change) => Ok(change.clone()),
                     Err(err) => Err(hookline_pipeline::PipelineError::Corrupt(err.to_string())),
                 },
             })
             .collect();
-        if dispatch_changes(store, queue, retry, now).await.is_none() {
+        let late_after = hookline_pipeline::dispatch::late_after(std::time::Duration::from_secs(
+            u64::try_from(config.reconcile_after_secs).unwrap_or(0),
+        ));
+        if dispatch_changes(store, queue, retry, late_after, now)
+            .await
+            .is_none()
+        {
             return;
         }
     }

@@ -2060,6 +2060,27 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn index_late_event(&self, event: &EventHead, written_at: DateTime<Utc>) -> Result<()> {
+        use serde_dynamo::AttributeValue as Value;
+        let (pk, sk) = event_key(&event.id);
+        let update = crate::dynamo_http::Update::new(
+            &self.table,
+            &pk,
+            &sk,
+            "SET GSI3PK = :index, GSI3SK = :at".to_owned(),
+        )
+        // A deferred fan-out's overdue entry (or an entry already written)
+        // stays.
+        .condition("attribute_exists(PK) AND attribute_not_exists(GSI3PK)")
+        .value(":index", Value::S(sweep_pk(event.id.as_str())))
+        .value(
+            ":at",
+            Value::S(event_time_sk(written_at, &event.app_id, &event.id)),
+        );
+        let _g = self.guard().await;
+        direct_condition_to_bool(self.http.update_item(&update).await).map(|_| ())
+    }
+
     async fn sweep_marks(&self) -> Result<SweepMarks> {
         let Some(item) = self.get(SWEEP_MARK_PK.to_owned(), SWEEP_MARK_SK).await? else {
             return Ok(SweepMarks::new());

@@ -34,6 +34,19 @@ pub enum StreamChange {
     Ignored,
 }
 
+/// How long after its creation an event's write counts as late (see
+/// [`dispatch_changes`]): the sweep's cutoff is `reconcile_after` back,
+/// the stream's write time is rounded down to the minute, and clocks
+/// differ; a minute for each, so an event that may be below the sweep's
+/// mark is always indexed (indexing one too many costs a write).
+pub fn late_after(reconcile_after: std::time::Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(reconcile_after)
+        .unwrap_or(chrono::TimeDelta::MAX)
+        .checked_sub(&chrono::TimeDelta::minutes(2))
+        .unwrap_or(chrono::TimeDelta::zero())
+        .max(chrono::TimeDelta::zero())
+}
+
 /// One stream record as dispatch acts on it: its new image decoded.
 #[derive(Debug)]
 pub struct RecordChange {
@@ -41,6 +54,9 @@ pub struct RecordChange {
     pub sequence: String,
     /// An INSERT (a listed fan-out's first attempts are sent on insert only).
     pub insert: bool,
+    /// When the stream says the write happened (DynamoDB Streams'
+    /// `ApproximateCreationDateTime`, rounded down to the minute).
+    pub written_at: Option<DateTime<Utc>>,
     pub change: Result<StreamChange, PipelineError>,
 }
 
@@ -54,6 +70,7 @@ pub async fn dispatch_changes<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
     changes: Vec<RecordChange>,
+    late_after: chrono::TimeDelta,
     now: DateTime<Utc>,
 ) -> Option<usize> {
     let mut run = Run::default();
@@ -64,6 +81,26 @@ pub async fn dispatch_changes<S: Store, Q: Queue>(
             // Only the insert: a later change of the event (its retention
             // pushed back) must not send the first attempts again.
             Ok(StreamChange::ListedFanout(stored)) if record.insert => {
+                // Written so late that the sweep may have passed its
+                // creation (a producer's transaction retried, a slow
+                // clock): indexed by its write before its first attempts
+                // are queued, so a lost one is still found.
+                if let Some(written) = record
+                    .written_at
+                    .filter(|w| *w - stored.event.created_at >= late_after)
+                {
+                    if let Err(err) = store
+                        .index_late_event(&crate::ports::EventHead::of(&stored), written)
+                        .await
+                    {
+                        if let Some(failed) = flush(store, queue, &mut run, now).await {
+                            return Some(failed);
+                        }
+                        tracing::error!(event_id = %stored.event.id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "indexing a late event failed");
+                        return Some(index);
+                    }
+                    tracing::warn!(event_id = %stored.event.id, created_at = %stored.event.created_at, written_at = %written, "an event written long after its creation: in the late-write index");
+                }
                 for delivery in stored.listed_deliveries() {
                     run.deliveries.push((index, delivery));
                 }

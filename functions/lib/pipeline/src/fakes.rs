@@ -55,6 +55,8 @@ struct StoreState {
     event_order: std::collections::BTreeSet<(u32, EventId)>,
     /// The reconciler's sweep marks.
     sweep_marks: SweepMarks,
+    /// The late-write index: (written time, event id), by time.
+    late_index: std::collections::BTreeSet<(DateTime<Utc>, EventId)>,
     /// Events the sweep reads as unreadable items (poison).
     poison_events: std::collections::HashSet<EventId>,
     /// How long each sweep or overdue page takes (a slow table, on tokio's
@@ -84,6 +86,8 @@ impl StoreState {
             stream.push(crate::dispatch::RecordChange {
                 sequence,
                 insert,
+                // The in-memory store keeps no clock: writes are never late.
+                written_at: None,
                 change: Ok(change),
             });
         }
@@ -147,6 +151,37 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// The late-write index's one page: entries written in `[floor,
+    /// cutoff)` after `position` (a written time, RFC 3339).
+    async fn late_page(
+        &self,
+        position: &str,
+        floor: DateTime<Utc>,
+        cutoff: DateTime<Utc>,
+    ) -> Result<SweepPage> {
+        self.page_taken().await;
+        let s = lock(&self.state);
+        let after = DateTime::parse_from_rfc3339(position)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or(floor)
+            .max(floor);
+        let mut page = SweepPage {
+            position: cutoff.to_rfc3339(),
+            reached: cutoff,
+            done: true,
+            ..SweepPage::default()
+        };
+        for (written, id) in &s.late_index {
+            if *written < after || *written >= cutoff {
+                continue;
+            }
+            if let Some(event) = s.events.get(id).filter(|e| !e.targets.is_empty()) {
+                page.events.push(EventHead::of(event));
+            }
+        }
+        Ok(page)
+    }
+
     /// Counts a page and waits its delay (see [`Self::slow_pages`]).
     async fn page_taken(&self) {
         let delay = {
@@ -700,7 +735,17 @@ impl Store for MemoryStore {
         })
     }
     fn sweep_sources(&self) -> Vec<SweepSource> {
-        (0..MEMORY_SHARDS).map(SweepSource::Days).collect()
+        (0..MEMORY_SHARDS)
+            .map(SweepSource::Days)
+            .chain(std::iter::once(SweepSource::Late(0)))
+            .collect()
+    }
+    async fn index_late_event(&self, event: &EventHead, written_at: DateTime<Utc>) -> Result<()> {
+        let mut s = lock(&self.state);
+        if !s.late_index.iter().any(|(_, id)| *id == event.id) {
+            s.late_index.insert((written_at, event.id.clone()));
+        }
+        Ok(())
     }
     async fn sweep_page(
         &self,
@@ -709,10 +754,14 @@ impl Store for MemoryStore {
         floor: DateTime<Utc>,
         cutoff: DateTime<Utc>,
     ) -> Result<SweepPage> {
-        let SweepSource::Days(shard) = source else {
-            return Err(crate::PipelineError::Corrupt(format!(
-                "no sweep source {source} in memory"
-            )));
+        let shard = match source {
+            SweepSource::Days(shard) => shard,
+            SweepSource::Late(0) => return self.late_page(position, floor, cutoff).await,
+            SweepSource::Late(_) => {
+                return Err(crate::PipelineError::Corrupt(format!(
+                    "no sweep source {source} in memory"
+                )))
+            }
         };
         self.page_taken().await;
         let s = lock(&self.state);

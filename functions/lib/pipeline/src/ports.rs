@@ -527,6 +527,15 @@ pub trait Store: Send + Sync {
         floor: DateTime<Utc>,
         cutoff: DateTime<Utc>,
     ) -> impl Future<Output = Result<SweepPage>> + Send;
+    /// Puts an event with a listed fan-out into the late-write index
+    /// ([`SweepSource::Late`]) at `written_at`: it was written so long
+    /// after its creation that the sweep of its day partition may have
+    /// passed it. Nothing is written if it is indexed already.
+    fn index_late_event(
+        &self,
+        event: &EventHead,
+        written_at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// The committed marks (none before the first sweep).
     fn sweep_marks(&self) -> impl Future<Output = Result<SweepMarks>> + Send;
     /// Records that every event up to each mark is checked.

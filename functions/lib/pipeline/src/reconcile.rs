@@ -639,6 +639,7 @@ mod tests {
     use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
     use hookline_core::model::EndpointRoute;
     use hookline_core::model::{Event, EventType};
+    use hookline_core::sync::lock;
     use serde_json::value::RawValue;
 
     const BUDGET: Duration = Duration::from_secs(60);
@@ -919,7 +920,7 @@ mod tests {
         );
         assert_eq!(report.sweep_lag_seconds, 15 * 60, "caught up to the cutoff");
         let marks = store.committed_sweep_marks();
-        assert_eq!(marks.len(), crate::fakes::MEMORY_SHARDS as usize);
+        assert_eq!(marks.len(), store.sweep_sources().len());
         let again = run_at(&store, &queue, now + chrono::Duration::minutes(5)).await;
         assert_eq!((again.swept, again.listed_requeued), (0, 0));
         crate::fakes::record_figure(
@@ -954,7 +955,9 @@ mod tests {
                 &store,
                 &queue,
                 &settings,
-                now + chrono::Duration::minutes(run),
+                // Runs close together: none finds the re-queued ones
+                // overdue (nothing delivers them here).
+                now + chrono::Duration::seconds(run * 10),
                 Duration::from_millis(1500),
             )
             .await
@@ -1027,5 +1030,42 @@ mod tests {
             .unwrap_err();
         assert!(err.is_retryable(), "{err}");
         assert_eq!(queue.sent().len(), 1, "the overdue delivery was re-queued");
+    }
+
+    /// Window (b): an event committed long after its creation (a
+    /// producer's transaction retried, a slow clock), after the sweep of
+    /// its day had passed it, whose first message is then lost. Dispatch
+    /// sees from the stream that it was written late and indexes it by its
+    /// write: the next sweep finds it. Without that index it was never
+    /// swept again.
+    #[tokio::test]
+    async fn an_event_written_after_the_sweep_passed_its_creation_is_still_recovered() {
+        let t0 = Utc::now() - chrono::Duration::hours(2);
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        store.record_stream();
+        // The sweep passes t0 (nothing there yet).
+        let first = run_at(&store, &queue, t0 + chrono::Duration::minutes(30)).await;
+        assert_eq!(first.swept, 0);
+        // Now the event created at t0 is written, 40 minutes late.
+        let written = t0 + chrono::Duration::minutes(40);
+        lost_listed_events(&store, t0, 1, 10).await;
+        let records: Vec<crate::dispatch::RecordChange> = store
+            .take_stream()
+            .into_iter()
+            .map(|mut r| {
+                r.written_at = Some(written);
+                r
+            })
+            .collect();
+        let late_after = crate::dispatch::late_after(settings().reconcile_after);
+        assert_eq!(
+            crate::dispatch::dispatch_changes(&store, &queue, records, late_after, written).await,
+            None
+        );
+        // Its first message is lost.
+        lock(&queue.sent).clear();
+        let later = run_at(&store, &queue, written + chrono::Duration::minutes(20)).await;
+        assert_eq!(later.listed_requeued, 1, "{later}");
+        assert_eq!(queue.sent().len(), 1);
     }
 }

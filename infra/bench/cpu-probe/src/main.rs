@@ -199,7 +199,11 @@ async fn main() -> Result<(), BoxError> {
         let stream_json = stream_event_json(&images, stream_at);
         start = thread_cpu();
         let event: StreamEvent = serde_json::from_str(&stream_json)?;
-        let response = hookline_dispatch::handle(&store, &queue, event, Utc::now()).await;
+        // The default WEBHOOKS_RECONCILE_AFTER's: a fresh event is not late.
+        let late_after =
+            hookline_pipeline::dispatch::late_after(std::time::Duration::from_secs(900));
+        let response =
+            hookline_dispatch::handle(&store, &queue, event, late_after, Utc::now()).await;
         if !response.batch_item_failures.is_empty() {
             return Err("dispatch reported failures".into());
         }
