@@ -144,14 +144,7 @@ async fn reconciler_recovers_a_retry_lost_with_a_purged_queue() {
             .await
     );
     stack.pump().await; // dispatch queues the delayed retry message
-    stack
-        .clients
-        .sqs
-        .purge_queue()
-        .queue_url(&stack.settings.queue_url)
-        .send()
-        .await
-        .expect("purge the delivery queue");
+    stack.purge_delivery_queue().await;
     // The retry message is gone: nothing happens however long we pump.
     let delivered = stack
         .pump_until(Duration::from_secs(5), || async {

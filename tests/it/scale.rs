@@ -16,6 +16,16 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::value::RawValue;
 
+/// The shortest reconcile delay the settings take with the tests' 2 s
+/// delivery timeout, and a short retention: a new table's first sweep
+/// reads every day partition an event could still be in (one query each,
+/// an empty one costs ~1 s on a moto table this size).
+const SCALE_ENV: [(&str, &str); 3] = [
+    ("WEBHOOKS_RECONCILE_AFTER", "7s"),
+    ("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", "7s"),
+    ("WEBHOOKS_RETENTION_DAYS", "2"),
+];
+
 /// Events in the window: past the old cap (20,000 a run over 16 shards,
 /// so 10,000 of the day partitions' events).
 const EVENTS: usize = 12_000;
@@ -29,15 +39,7 @@ const LOST_EVERY: usize = 120;
 /// 100, moves every mark, and the next run finds nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_recovers_every_lost_first_message_of_a_window_past_the_old_cap() {
-    // A short retention: a new table's first sweep reads every day
-    // partition an event could still be in (one query each, an empty one
-    // costs ~1 s on a moto table this size).
-    let stack = Stack::start(&[
-        ("WEBHOOKS_RECONCILE_AFTER", "7s"),
-        ("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", "7s"),
-        ("WEBHOOKS_RETENTION_DAYS", "2"),
-    ])
-    .await;
+    let stack = Stack::start(&SCALE_ENV).await;
     let app = AppId::parse("shop").unwrap();
     let endpoint = EndpointId::generate();
     let routes = vec![hookline_core::model::EndpointRoute {
@@ -175,12 +177,7 @@ async fn the_sweep_recovers_every_lost_first_message_of_a_window_past_the_old_ca
 /// it through that index and queues it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_committed_long_after_its_creation_is_swept_by_its_write() {
-    let stack = Stack::start(&[
-        ("WEBHOOKS_RECONCILE_AFTER", "7s"),
-        ("WEBHOOKS_DELIVER_FUNCTION_TIMEOUT", "7s"),
-        ("WEBHOOKS_RETENTION_DAYS", "2"),
-    ])
-    .await;
+    let stack = Stack::start(&SCALE_ENV).await;
     let app = AppId::parse("shop").unwrap();
     let routes = vec![hookline_core::model::EndpointRoute {
         id: EndpointId::generate(),
@@ -214,16 +211,12 @@ async fn an_event_committed_long_after_its_creation_is_swept_by_its_write() {
     )
     .await;
     assert!(response.batch_item_failures.is_empty());
-    stack
-        .clients
-        .sqs
-        .purge_queue()
-        .queue_url(&stack.settings.queue_url)
-        .send()
+    stack.purge_delivery_queue().await;
+    // Past WEBHOOKS_RECONCILE_AFTER, without waiting for it.
+    let report = stack
+        .reconcile_at(chrono::Utc::now() + chrono::Duration::seconds(8))
         .await
-        .expect("purge the delivery queue");
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let report = stack.reconcile().await.unwrap();
+        .unwrap();
     assert_eq!(report.listed_requeued, 1, "{report:?}");
     let delivery = stack
         .store

@@ -273,6 +273,17 @@ impl Stack {
         )
     }
 
+    /// Empties the delivery queue (every message in it is lost).
+    pub async fn purge_delivery_queue(&self) {
+        self.clients
+            .sqs
+            .purge_queue()
+            .queue_url(&self.settings.queue_url)
+            .send()
+            .await
+            .expect("purge the delivery queue");
+    }
+
     /// Sets an attribute of a raw item (tests that move clocks or tamper).
     pub async fn set_attribute(
         &self,
