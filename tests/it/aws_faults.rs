@@ -385,9 +385,7 @@ async fn a_key_whose_request_stopped_before_its_event_is_completed_by_the_retry(
     );
     // Indexed for the reconciler's sweep when it was written, not at its
     // (earlier) creation: a sweep that had passed that time still finds it.
-    let (pk, sk) = hookline_aws::schema::event_key(
-        &hookline_core::ids::EventId::parse(&id).expect("an event id"),
-    );
+    let (pk, sk) = hookline_tests::stack::Stack::event_key("k", &id);
     let item = stack
         .clients
         .dynamodb

@@ -67,7 +67,7 @@ async fn payload_reaches_the_receiver_byte_for_byte() {
             .await;
         assert_eq!(status, 202, "{body}");
         let event_id = body["event_id"].as_str().expect("event id").to_owned();
-        let (pk, sk) = Stack::event_key(&event_id);
+        let (pk, sk) = Stack::event_key("shop", &event_id);
         let item = raw_item(&stack, &pk, &sk).await.expect("the event item");
         assert_eq!(
             (
@@ -350,7 +350,8 @@ async fn a_retried_keyed_request_writes_its_missing_event_whatever_path_it_takes
     assert_eq!(status, 202);
     let id = hookline_core::ids::EventId::parse(&event_id(&first)).unwrap();
     // The request "stopped" after its key's record: its event is removed.
-    let (pk, sk) = hookline_aws::schema::event_key(&id);
+    let shop = hookline_core::ids::AppId::parse("shop").unwrap();
+    let (pk, sk) = hookline_aws::schema::event_key(&shop, &id);
     stack
         .clients
         .dynamodb
@@ -361,7 +362,7 @@ async fn a_retried_keyed_request_writes_its_missing_event_whatever_path_it_takes
         .send()
         .await
         .expect("DeleteItem on moto");
-    assert!(stack.store.get_event(&id).await.unwrap().is_none());
+    assert!(stack.store.get_event(&shop, &id).await.unwrap().is_none());
     // The app grows past a listed fan-out.
     for _ in 0..FANOUT_LIST_MAX {
         stack.create_endpoint("shop", &receiver.url, &[]).await;
@@ -372,7 +373,7 @@ async fn a_retried_keyed_request_writes_its_missing_event_whatever_path_it_takes
     assert_eq!((status, &again), (202, &first));
     let event = stack
         .store
-        .get_event(&id)
+        .get_event(&shop, &id)
         .await
         .unwrap()
         .expect("the accepted event is written");
@@ -403,9 +404,9 @@ async fn pending_deliveries_never_expire_and_restarts_keep_their_event() {
     // Before its first attempt the delivery is listed on its event, which is
     // in its creation day's partition (the reconciler's sweep reads those),
     // with no index entry.
-    let (event_pk, event_sk) = Stack::event_key(&event_id);
+    let (event_pk, event_sk) = Stack::event_key("shop", &event_id);
     let event = raw_item(&stack, &event_pk, &event_sk).await.unwrap();
-    assert!(event_pk.starts_with("EVD#") && event.contains_key("targets"));
+    assert!(event_pk.starts_with("EVD#shop#") && event.contains_key("targets"));
     assert!(!event.contains_key("GSI3PK"), "no index entry");
     // One attempt only: it fails.
     assert!(stack.reaches(&id, DeliveryStatus::Failed, T).await);

@@ -483,7 +483,8 @@ async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times
     assert_eq!(unique.len(), 250);
     // The event committed with 98 deliveries inline and the rest as its fan-out list.
     let event_id = hookline_core::ids::EventId::parse(event_id(&body).as_str()).unwrap();
-    let stored = hookline_pipeline::ports::Store::get_event(&stack.store, &event_id)
+    let big = hookline_core::ids::AppId::parse("big").unwrap();
+    let stored = hookline_pipeline::ports::Store::get_event(&stack.store, &big, &event_id)
         .await
         .unwrap()
         .unwrap();
@@ -494,10 +495,12 @@ async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times
     // Dispatch reads the bodies for its messages with one BatchGetItem: the
     // events that exist come back, an unknown id is left out.
     let unknown = hookline_core::ids::EventId::generate();
-    let batch =
-        hookline_pipeline::ports::Store::get_events(&stack.store, &[unknown, event_id.clone()])
-            .await
-            .unwrap();
+    let batch = hookline_pipeline::ports::Store::get_events(
+        &stack.store,
+        &[(big.clone(), unknown), (big.clone(), event_id.clone())],
+    )
+    .await
+    .unwrap();
     assert_eq!(batch.len(), 1);
     assert_eq!(batch[0].event, stored.event);
 
@@ -514,7 +517,7 @@ async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times
             "{id}"
         );
     }
-    let stored = hookline_pipeline::ports::Store::get_event(&stack.store, &event_id)
+    let stored = hookline_pipeline::ports::Store::get_event(&stack.store, &big, &event_id)
         .await
         .unwrap()
         .unwrap();

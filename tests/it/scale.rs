@@ -50,6 +50,8 @@ async fn the_sweep_recovers_every_lost_first_message_of_a_window_past_the_old_ca
     let payload = RawValue::from_string(r#"{"order":{"id":42,"total":"19.99"}}"#.into()).unwrap();
     let mut rng = StdRng::seed_from_u64(35);
     let start = chrono::Utc::now() - chrono::Duration::hours(1);
+    // Its endpoint was created before its events (as the API does it).
+    stack.store.register_app(&app, start).await.unwrap();
     let retention = stack.settings.retention;
     let mut lost = HashSet::new();
     let mut writes = Vec::new();
@@ -83,34 +85,7 @@ async fn the_sweep_recovers_every_lost_first_message_of_a_window_past_the_old_ca
         writes.push(hookline_aws::schema::delivery_item(&delivery, retention).unwrap());
     }
     assert_eq!(lost.len(), EVENTS / LOST_EVERY);
-    let client = stack.store.client();
-    for chunk in writes.chunks(25) {
-        let mut requests: Vec<WriteRequest> = chunk
-            .iter()
-            .map(|item| {
-                WriteRequest::builder()
-                    .put_request(
-                        PutRequest::builder()
-                            .set_item(Some(item.clone().into()))
-                            .build()
-                            .unwrap(),
-                    )
-                    .build()
-            })
-            .collect();
-        while !requests.is_empty() {
-            let out = client
-                .batch_write_item()
-                .request_items(stack.store.table(), requests)
-                .send()
-                .await
-                .expect("BatchWriteItem");
-            requests = out
-                .unprocessed_items
-                .and_then(|mut m| m.remove(stack.store.table()))
-                .unwrap_or_default();
-        }
-    }
+    write_items(&stack, &writes).await;
 
     let started = std::time::Instant::now();
     let report = stack.reconcile().await.unwrap();
@@ -184,8 +159,14 @@ async fn an_event_committed_long_after_its_creation_is_swept_by_its_write() {
         event_types: vec![],
         disabled: false,
     }];
-    // The sweep passes the hour ago (nothing there yet).
+    // The sweep passes the hour ago (nothing there yet); the app's
+    // endpoint is older.
     let created = chrono::Utc::now() - chrono::Duration::hours(1);
+    stack
+        .store
+        .register_app(&app, created - chrono::Duration::minutes(1))
+        .await
+        .unwrap();
     let first = stack.reconcile().await.unwrap();
     assert_eq!(first.swept, 0);
     let (new, accepted) = plan_event(
@@ -231,5 +212,136 @@ async fn an_event_committed_long_after_its_creation_is_swept_by_its_write() {
     record_figures(
         "scale",
         "an outbox event committed an hour after its creation, its first message lost: indexed by dispatch from the stream's write time, recovered by the next sweep (was: never swept)",
+    );
+}
+
+/// Writes `items` as they are, 25 to a BatchWriteItem.
+async fn write_items(stack: &Stack, items: &[serde_dynamo::Item]) {
+    let client = stack.store.client();
+    for chunk in items.chunks(25) {
+        let mut requests: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|item| {
+                WriteRequest::builder()
+                    .put_request(
+                        PutRequest::builder()
+                            .set_item(Some(item.clone().into()))
+                            .build()
+                            .expect("a put request with its item"),
+                    )
+                    .build()
+            })
+            .collect();
+        while !requests.is_empty() {
+            let out = client
+                .batch_write_item()
+                .request_items(stack.store.table(), requests)
+                .send()
+                .await
+                .expect("BatchWriteItem");
+            requests = out
+                .unprocessed_items
+                .and_then(|mut m| m.remove(stack.store.table()))
+                .unwrap_or_default();
+        }
+    }
+}
+
+/// Items the `Query` requests counted since the last reset read.
+fn items_queried(counter: &hookline_local::counting::CallCounter) -> u64 {
+    counter
+        .snapshot()
+        .iter()
+        .filter(|(op, _)| op.ends_with(".Query"))
+        .map(|(_, count)| count.items_read)
+        .sum()
+}
+
+/// A replay reads only its own app's events. Next to an app holding 2,000
+/// events, a replay in an app with none reads no item (the request
+/// counter's items read by queries); the same replay in the busy app
+/// reads its 2,000 (the counter sees them). The shared day partitions
+/// read every app's events for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_reads_only_its_own_apps_events() {
+    let (stack, counter) = Stack::start_counted(&SCALE_ENV).await;
+    let receiver = hookline_tests::receiver::Receiver::healthy().await;
+    // Subscribed to another type: the busy app's replay reads its events
+    // and writes nothing.
+    let (busy_endpoint, _) = stack
+        .create_endpoint("busy", &receiver.url, &["refund.issued"])
+        .await;
+    let (quiet_endpoint, _) = stack.create_endpoint("quiet", &receiver.url, &[]).await;
+    let busy = AppId::parse("busy").unwrap();
+    let routes = vec![hookline_core::model::EndpointRoute {
+        id: EndpointId::parse(&busy_endpoint).unwrap(),
+        event_types: vec![],
+        disabled: false,
+    }];
+    let payload = RawValue::from_string(r#"{"order":{"id":42}}"#.into()).unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let start = chrono::Utc::now() - chrono::Duration::minutes(30);
+    let items: Vec<serde_dynamo::Item> = (0..2_000)
+        .map(|i| {
+            let at = start + chrono::Duration::milliseconds(i * 500);
+            let (new, _) = plan_event(
+                busy.clone(),
+                EventType::parse("order.paid").unwrap(),
+                &payload,
+                &routes,
+                at,
+                &mut rng,
+            );
+            hookline_aws::schema::event_item(
+                &new.event,
+                &new.targets,
+                &[],
+                0,
+                stack.settings.retention,
+                at,
+            )
+            .unwrap()
+        })
+        .collect();
+    write_items(&stack, &items).await;
+    let window = serde_json::json!({"since": (start - chrono::Duration::hours(1)).to_rfc3339()});
+
+    counter.reset();
+    let (status, body) = stack
+        .endpoint_call(
+            "POST",
+            "quiet",
+            &quiet_endpoint,
+            "/replay",
+            Some(window.clone()),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        (body["complete"].as_bool(), body["scanned"].as_u64()),
+        (Some(true), Some(0)),
+        "{body}"
+    );
+    let quiet_reads = items_queried(&counter);
+    assert_eq!(
+        quiet_reads, 0,
+        "the quiet app's replay read other apps' events"
+    );
+
+    counter.reset();
+    let (status, body) = stack
+        .endpoint_call("POST", "busy", &busy_endpoint, "/replay", Some(window))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let busy_reads = items_queried(&counter);
+    assert!(
+        busy_reads >= 2_000,
+        "the counter sees an app's own reads: {busy_reads}"
+    );
+    record_figures(
+        "scale",
+        &format!(
+            "tenant-scoped replay on moto: next to an app holding 2,000 events, a replay in an app with none read {quiet_reads} event items (the busy app's own replay: {busy_reads})"
+        ),
     );
 }

@@ -77,6 +77,23 @@ impl Stack {
 
     /// Starts moto and the local pipeline with `env` overrides.
     pub async fn start(env: &[(&str, &str)]) -> Self {
+        Self::start_with(env, None).await
+    }
+
+    /// [`Self::start`], counting every AWS request the functions (and the
+    /// test, through `stack.store`) make.
+    pub async fn start_counted(
+        env: &[(&str, &str)],
+    ) -> (Self, hookline_local::counting::CallCounter) {
+        let counters = hookline_local::LocalCounters::default();
+        let functions = counters.functions.clone();
+        (Self::start_with(env, Some(counters)).await, functions)
+    }
+
+    async fn start_with(
+        env: &[(&str, &str)],
+        counters: Option<hookline_local::LocalCounters>,
+    ) -> Self {
         init_logs();
         let moto = crate::moto::start();
         let local = LocalStack::start(LocalConfig {
@@ -86,7 +103,7 @@ impl Stack {
             env: test_env(env),
             admin_key: ADMIN_KEY.into(),
             checkpoint_file: None,
-            counters: None,
+            counters,
         })
         .await
         .expect("local stack on moto");
@@ -259,8 +276,9 @@ impl Stack {
     }
 
     /// The table key (`PK`, `SK`) of an event's item.
-    pub fn event_key(event_id: &str) -> (String, String) {
+    pub fn event_key(app: &str, event_id: &str) -> (String, String) {
         hookline_aws::schema::event_key(
+            &hookline_core::ids::AppId::parse(app).expect("an app id"),
             &hookline_core::ids::EventId::parse(event_id).expect("an event id"),
         )
     }

@@ -52,27 +52,37 @@ pub async fn reconcile_window(
     // long the seeding takes.
     let now = chrono::Utc::now();
     let mark = now - chrono::TimeDelta::minutes(30);
-    let marks = store
-        .sweep_sources()
-        .into_iter()
-        .map(|source| {
-            let position = match source {
-                SweepSource::Days(_) => EventId::time_floor(mark).as_str().to_owned(),
-                SweepSource::Late(_) => hookline_aws::schema::due_time(mark),
-            };
+    let app = AppId::parse("bench").map_err(|e| e.to_string())?;
+    let mark_at = |position: String| SweepMark {
+        position,
+        reached: mark,
+    };
+    let late = (0..store.late_shards())
+        .map(|n| {
             (
-                source,
-                SweepMark {
-                    position,
-                    reached: mark,
-                },
+                SweepSource::Late(n),
+                mark_at(hookline_aws::schema::due_time(mark)),
+            )
+        })
+        .collect();
+    let days = (0..store.event_shards())
+        .map(|n| {
+            (
+                SweepSource::Days(app.clone(), n),
+                mark_at(EventId::time_floor(mark).as_str().to_owned()),
             )
         })
         .collect();
     store
-        .save_sweep_marks(&marks)
+        .register_app(&app, mark)
         .await
-        .map_err(|e| format!("seeding the sweep marks: {e}"))?;
+        .map_err(|e| format!("registering the app: {e}"))?;
+    for seeded in [
+        store.save_sweep_marks(&late).await,
+        store.save_app_sweep_marks(&app, &days).await,
+    ] {
+        seeded.map_err(|e| format!("seeding the sweep marks: {e}"))?;
+    }
     let from = now - chrono::TimeDelta::minutes(29);
     let spacing_ms = 180_000 / i64::try_from(events.max(1)).unwrap_or(1);
     for i in 0..events {
@@ -83,7 +93,7 @@ pub async fn reconcile_window(
             .map_err(|e| e.to_string())?;
         let at = from + chrono::TimeDelta::milliseconds(i64::try_from(i).unwrap_or(0) * spacing_ms);
         let (new, _) = hookline_pipeline::ingest::plan_event(
-            AppId::parse("bench").map_err(|e| e.to_string())?,
+            app.clone(),
             EventType::parse("order.paid").map_err(|e| e.to_string())?,
             &payload,
             &routes,

@@ -47,6 +47,9 @@ pub struct OperationCount {
     /// Estimated DynamoDB write / read request units.
     pub wru: f64,
     pub rru: f64,
+    /// Items the `Query` requests read (their key conditions over the items
+    /// the counter saw written): what a read costs in proportion to.
+    pub items_read: u64,
 }
 
 /// Shared counter: clone it into every client's config.
@@ -70,9 +73,17 @@ impl CallCounter {
         }
     }
 
-    /// Estimated (WRU, RRU) of one DynamoDB request body.
-    fn dynamodb_capacity(&self, operation: &str, body: &Value) -> (f64, f64) {
-        hookline_core::sync::lock(&self.table).capacity(operation, body)
+    /// Estimated (WRU, RRU, items a query read) of one DynamoDB request
+    /// body.
+    fn dynamodb_capacity(&self, operation: &str, body: &Value) -> (f64, f64, u64) {
+        let mut table = hookline_core::sync::lock(&self.table);
+        let items = if operation == "Query" {
+            table.query_hits(body).map_or(0, |hits| hits.len() as u64)
+        } else {
+            0
+        };
+        let (wru, rru) = table.capacity(operation, body);
+        (wru, rru, items)
     }
 
     /// The same count for the direct clients (`hookline_aws::aws_json`):
@@ -81,28 +92,28 @@ impl CallCounter {
         let counter = self.clone();
         std::sync::Arc::new(
             move |operation: hookline_aws::aws_json::Operation, body: &[u8]| {
-                let (wru, rru) = if *operation.service == hookline_aws::dynamo_http::DYNAMODB {
-                    serde_json::from_slice::<Value>(body).map_or((0.0, 0.0), |body| {
+                let capacity = if *operation.service == hookline_aws::dynamo_http::DYNAMODB {
+                    serde_json::from_slice::<Value>(body).map_or((0.0, 0.0, 0), |body| {
                         counter.dynamodb_capacity(operation.name, &body)
                     })
                 } else {
-                    (0.0, 0.0)
+                    (0.0, 0.0, 0)
                 };
                 counter.record(
                     format!("{}.{}", operation.service.name, operation.name),
-                    wru,
-                    rru,
+                    capacity,
                 );
             },
         )
     }
 
-    fn record(&self, op: String, wru: f64, rru: f64) {
+    fn record(&self, op: String, (wru, rru, items): (f64, f64, u64)) {
         if let Ok(mut c) = self.counts.lock() {
             let entry = c.entry(op).or_default();
             entry.requests += 1;
             entry.wru += wru;
             entry.rru += rru;
+            entry.items_read += items;
         }
     }
 }
@@ -423,6 +434,11 @@ impl TableState {
     /// The bytes a `Query` reads ([`key_condition`] over the items seen),
     /// `None` for a form not understood.
     fn query_bytes(&self, body: &Value) -> Option<usize> {
+        Some(self.query_hits(body)?.iter().sum())
+    }
+
+    /// The size of each item a query reads, in order.
+    pub fn query_hits(&self, body: &Value) -> Option<Vec<usize>> {
         let (pk_name, pk, sk_name, condition) = key_condition(body)?;
         let index = body.get("IndexName").and_then(Value::as_str);
         // (sort key, bytes read) of each item the condition selects.
@@ -492,7 +508,7 @@ impl TableState {
             .get("Limit")
             .and_then(Value::as_u64)
             .map_or(usize::MAX, |l| l as usize);
-        Some(hits.iter().take(limit).map(|(_, bytes)| bytes).sum())
+        Some(hits.iter().take(limit).map(|(_, bytes)| *bytes).collect())
     }
 
     /// Estimated (WRU, RRU) of one DynamoDB request body.
@@ -533,6 +549,31 @@ impl TableState {
                                 .sum()
                         });
                 (0.0, rru)
+            }
+            "BatchWriteItem" => {
+                let requests: Vec<Value> = body
+                    .get("RequestItems")
+                    .and_then(Value::as_object)
+                    .map(|tables| {
+                        tables
+                            .values()
+                            .filter_map(Value::as_array)
+                            .flatten()
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let wru = requests
+                    .iter()
+                    .map(|r| {
+                        if let Some(item) = r.get("PutRequest").and_then(|p| p.get("Item")) {
+                            self.put_wru(item, 1.0)
+                        } else {
+                            self.delete_wru(r.get("DeleteRequest").and_then(|d| d.get("Key")), 1.0)
+                        }
+                    })
+                    .sum();
+                (wru, 0.0)
             }
             "TransactWriteItems" => {
                 let wru =
@@ -576,17 +617,19 @@ impl Intercept for CallCounter {
             .load::<Metadata>()
             .map(|m| (m.service().to_owned(), m.name().to_owned()))
             .unwrap_or_else(|| ("unknown".into(), "unknown".into()));
-        let (wru, rru) = if service.eq_ignore_ascii_case("dynamodb") {
+        let capacity = if service.eq_ignore_ascii_case("dynamodb") {
             context
                 .request()
                 .body()
                 .bytes()
                 .and_then(|b| serde_json::from_slice::<Value>(b).ok())
-                .map_or((0.0, 0.0), |body| self.dynamodb_capacity(&operation, &body))
+                .map_or((0.0, 0.0, 0), |body| {
+                    self.dynamodb_capacity(&operation, &body)
+                })
         } else {
-            (0.0, 0.0)
+            (0.0, 0.0, 0)
         };
-        self.record(format!("{service}.{operation}"), wru, rru);
+        self.record(format!("{service}.{operation}"), capacity);
         Ok(())
     }
 }

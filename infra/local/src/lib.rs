@@ -451,30 +451,25 @@ impl LocalStack {
         Ok(self.queue_source.event_json(&messages))
     }
 
-    /// A delivery by id alone (tests): its app is its event's, or, for a
-    /// delivery of a materialised fan-out (an id that does not name its
-    /// event), the app of the item found by a scan of the local table.
+    /// A delivery by id alone (tests): its app is its event's (a listed
+    /// delivery's id names its event), or that of its item, found by a
+    /// scan of the local table.
     pub async fn delivery(&self, id: &str) -> Option<Delivery> {
         let id = DeliveryId::parse(id).ok()?;
         // An id that does not name its event may still look as if it did.
         let by_event = match id.fanout_origin() {
-            Some((event, _)) => self
-                .store
-                .get_event(&event)
-                .await
-                .ok()
-                .flatten()
-                .map(|stored| stored.event.app_id),
+            Some((event, _)) => self.app_of_item(event.as_str()).await,
             None => None,
         };
         let app = match by_event {
             Some(app) => app,
-            None => self.app_of_delivery_item(&id).await?,
+            None => self.app_of_item(id.as_str()).await?,
         };
         self.store.get_delivery(&app, &id).await.ok().flatten()
     }
 
-    async fn app_of_delivery_item(&self, id: &DeliveryId) -> Option<AppId> {
+    /// The app of the item whose sort key is `sk` (an event or delivery id).
+    async fn app_of_item(&self, sk: &str) -> Option<AppId> {
         let mut start = None;
         loop {
             let page = self
@@ -483,7 +478,7 @@ impl LocalStack {
                 .scan()
                 .table_name(self.store.table())
                 .filter_expression("SK = :id")
-                .expression_attribute_values(":id", AttributeValue::S(id.to_string()))
+                .expression_attribute_values(":id", AttributeValue::S(sk.to_owned()))
                 .set_exclusive_start_key(start)
                 .send()
                 .await

@@ -11,8 +11,10 @@
 //!   recovered within `WEBHOOKS_RECONCILE_AFTER` + 2 intervals.
 //!
 //! The world, one simulated second at a time: producers send
-//! `events_per_second` events to one app with one endpoint (every event a
-//! listed fan-out); the store's stream goes to dispatch in batches of 100,
+//! `events_per_second` events spread over `apps` apps with one endpoint
+//! each (every event a listed fan-out); two thirds in, one app gets a
+//! second endpoint and replays every event it had so far to it (the
+//! replay reads only that app's events: counted); the store's stream goes to dispatch in batches of 100,
 //! of which `stream_batch_loss` are given up (as Lambda does after its
 //! retries); queue messages become visible at their delay, and a share
 //! `first_message_loss` of first attempts never arrives; one purge empties
@@ -39,6 +41,7 @@ use hookline_pipeline::ingest::{ingest, Unchecked};
 use hookline_pipeline::messages::DeliveryMessage;
 use hookline_pipeline::ports::{OutgoingRequest, SendResult, Sender, Store};
 use hookline_pipeline::reconcile::reconcile;
+use hookline_pipeline::replay::{start_replay, ReplayRequest};
 use hookline_pipeline::Settings;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -47,6 +50,9 @@ use rand::{Rng, SeedableRng};
 #[derive(Debug, Clone)]
 pub struct Config {
     pub events_per_second: u32,
+    /// Apps the events are spread over (the sweep reads each one's
+    /// partitions; a replay reads one app's).
+    pub apps: u32,
     /// Reconciler intervals of load (a drain of `WEBHOOKS_RECONCILE_AFTER`
     /// plus three intervals follows, with no new events).
     pub intervals: u32,
@@ -70,6 +76,7 @@ impl Config {
     pub fn full() -> Self {
         Self {
             events_per_second: 1_000,
+            apps: 100,
             intervals: 12,
             interval_secs: 60,
             reconcile_after_secs: 120,
@@ -86,6 +93,7 @@ impl Config {
     pub fn quick() -> Self {
         Self {
             events_per_second: 100,
+            apps: 20,
             burst_events: 200,
             ..Self::full()
         }
@@ -129,6 +137,12 @@ pub struct Figures {
     /// seconds, and the bound it must stay within.
     pub longest_recovery_secs: i64,
     pub recovery_bound_secs: i64,
+    /// The replay: deliveries it made, event items it read, and the events
+    /// of its app and of all apps when it ran.
+    pub replayed: u64,
+    pub replay_items_read: u64,
+    pub replay_app_events: u64,
+    pub events_then: u64,
     /// Reconciler runs and the largest sweep lag one reported.
     pub reconciler_runs: u32,
     pub max_sweep_lag_secs: i64,
@@ -156,6 +170,18 @@ impl Figures {
                 self.longest_recovery_secs, self.recovery_bound_secs
             ));
         }
+        if self.replayed == 0 || self.replayed != self.replay_app_events {
+            return Err(format!(
+                "the replay made {} deliveries for {} events of its app",
+                self.replayed, self.replay_app_events
+            ));
+        }
+        if self.replay_items_read > self.replay_app_events {
+            return Err(format!(
+                "the replay read {} event items for {} events of its app: other apps' too",
+                self.replay_items_read, self.replay_app_events
+            ));
+        }
         let injected = self.first_messages_dropped + self.stream_records_dropped + self.purged;
         if injected == 0 {
             return Err("no loss was injected: the run proves nothing".into());
@@ -167,15 +193,17 @@ impl Figures {
     pub fn table(&self, config: &Config) -> String {
         format!(
             "| figure | value |\n|---|---|\n\
-             | load | {} events/s to 1 endpoint for {} intervals of {} s (`WEBHOOKS_RECONCILE_AFTER` {} s), then a drain |\n\
+             | load | {} events/s over {} apps (1 endpoint each) for {} intervals of {} s (`WEBHOOKS_RECONCILE_AFTER` {} s), then a drain |\n\
              | events, deliveries | {}, {} |\n\
              | injected losses | {} first messages dropped ({:.1} %), {} stream records given up ({:.0} % of batches), {} messages purged, a burst of {} events of {} KB |\n\
              | received, duplicates | {}, {} |\n\
              | **lost** | **{}** |\n\
              | longest loss to receipt | {} s (bound: {} s = `WEBHOOKS_RECONCILE_AFTER` + 2 intervals) |\n\
+             | replay (one app, a new endpoint) | {} deliveries; read {} event items, for {} events of its app ({} in all) |\n\
              | reconciler runs, largest sweep lag | {}, {} s |\n\
              | simulated, wall clock, peak memory | {} s, {:.1} s, {:.0} MB (the whole process: store, queue and receiver included) |\n",
             config.events_per_second,
+            config.apps,
             config.intervals,
             config.interval_secs,
             config.reconcile_after_secs,
@@ -193,6 +221,10 @@ impl Figures {
             self.lost,
             self.longest_recovery_secs,
             self.recovery_bound_secs,
+            self.replayed,
+            self.replay_items_read,
+            self.replay_app_events,
+            self.events_then,
             self.reconciler_runs,
             self.max_sweep_lag_secs,
             self.simulated_secs,
@@ -282,18 +314,24 @@ pub async fn run(config: &Config) -> Figures {
     .with_clock(sim_now);
     let (store, queue) = (&deliverer.store, &deliverer.queue);
     store.record_stream();
-    let app = AppId::parse("sim").expect("a valid app id");
-    let endpoint = Endpoint::new(
-        EndpointId::generate(),
-        app.clone(),
-        "https://receiver.example/hook",
-        Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("a valid secret"),
-        start,
-    );
-    store
-        .put_endpoint(&endpoint)
-        .await
-        .expect("the in-memory store takes the endpoint");
+    let apps: Vec<String> = (0..config.apps.max(1))
+        .map(|n| format!("sim-{n}"))
+        .collect();
+    let endpoint_of = |app: &str, at| {
+        Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse(app).expect("a valid app id"),
+            "https://receiver.example/hook",
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("a valid secret"),
+            at,
+        )
+    };
+    for app in &apps {
+        store
+            .put_endpoint(&endpoint_of(app, start))
+            .await
+            .expect("the in-memory store takes the endpoint");
+    }
 
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut figures = Figures {
@@ -311,6 +349,7 @@ pub async fn run(config: &Config) -> Figures {
     let total_secs = load_secs + config.reconcile_after_secs + 3 * config.interval_secs;
     let purge_at = load_secs / 2 + 7;
     let burst_at = load_secs / 3;
+    let replay_at = load_secs * 2 / 3 + 3;
     let small = br#"{"event_type":"order.paid","payload":{"order":{"id":42,"total":"19.99"}}}"#;
     let big = format!(
         r#"{{"event_type":"order.paid","payload":{{"pad":"{}"}}}}"#,
@@ -338,11 +377,10 @@ pub async fn run(config: &Config) -> Figures {
                 } else {
                     small
                 };
-                let answer = ingest(
-                    store, &settings, &Unchecked, "sim", None, body, at, &mut rng,
-                )
-                .await
-                .expect("the in-memory store accepts every event");
+                let app = &apps[(figures.events % apps.len() as u64) as usize];
+                let answer = ingest(store, &settings, &Unchecked, app, None, body, at, &mut rng)
+                    .await
+                    .expect("the in-memory store accepts every event");
                 let value: serde_json::Value =
                     serde_json::from_str(&answer.body).expect("a 202 body is JSON");
                 for id in value["delivery_ids"].as_array().into_iter().flatten() {
@@ -352,6 +390,18 @@ pub async fn run(config: &Config) -> Figures {
                 }
                 figures.events += 1;
             }
+        }
+
+        if second == replay_at {
+            replay_to_a_new_endpoint(
+                store,
+                &apps[0],
+                &endpoint_of,
+                now,
+                &mut accepted,
+                &mut figures,
+            )
+            .await;
         }
 
         // The stream, to dispatch in batches of 100; some given up.
@@ -464,6 +514,55 @@ pub async fn run(config: &Config) -> Figures {
         .count();
     debug_assert!(pending == 0 || figures.lost > 0, "{pending} still pending");
     figures
+}
+
+/// Gives `app` a new endpoint and replays every event it had to it (the
+/// deliveries it writes join `accepted`): the replay's reads are counted.
+async fn replay_to_a_new_endpoint(
+    store: &MemoryStore,
+    app: &str,
+    endpoint_of: &impl Fn(&str, DateTime<Utc>) -> Endpoint,
+    now: DateTime<Utc>,
+    accepted: &mut Vec<DeliveryId>,
+    figures: &mut Figures,
+) {
+    let endpoint = endpoint_of(app, now);
+    store
+        .put_endpoint(&endpoint)
+        .await
+        .expect("the in-memory store takes the endpoint");
+    let theirs: Vec<_> = store
+        .events()
+        .into_iter()
+        .filter(|e| e.event.app_id == endpoint.app_id && e.event.created_at < now)
+        .map(|e| e.event.id)
+        .collect();
+    let read_before = store.event_items_read();
+    let request = ReplayRequest {
+        since: now - chrono::TimeDelta::days(1),
+        until: Some(now),
+    };
+    let mut rng = StdRng::seed_from_u64(7);
+    // The clock stands still: the replay runs to its end inline.
+    let replay = start_replay(
+        store,
+        &endpoint,
+        &request,
+        || now,
+        Duration::from_secs(5),
+        &mut rng,
+    )
+    .await
+    .expect("a replay on the in-memory store");
+    figures.replay_items_read = store.event_items_read() - read_before;
+    figures.replayed = replay.replayed;
+    figures.replay_app_events = theirs.len() as u64;
+    figures.events_then = figures.events;
+    accepted.extend(
+        theirs
+            .iter()
+            .map(|event| DeliveryId::for_event_endpoint(event, &endpoint.id)),
+    );
 }
 
 /// Hands one stream batch to dispatch, or gives it up (its pending

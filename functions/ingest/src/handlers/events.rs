@@ -120,9 +120,8 @@ pub async fn get_event<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let path: EventPath = call.path()?;
     let stored = api
         .store
-        .get_event(&path.event_id)
+        .get_event(&path.app_id, &path.event_id)
         .await?
-        .filter(|e| e.event.app_id == path.app_id)
         .ok_or(PipelineError::NotFound("event"))?;
     let payload = hookline_core::model::body_data(&stored.event.body).ok_or_else(|| {
         PipelineError::Corrupt(format!("event {} has no rendered body", stored.event.id))

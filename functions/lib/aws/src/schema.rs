@@ -3,7 +3,8 @@
 //! | item | PK | SK | GSI1 (by endpoint) | GSI2 (by status) |
 //! |---|---|---|---|---|
 //! | endpoint | `APP#{app}` | `EP#{endpoint}` | | |
-//! | event (with its listed fan-out) | `EVD#{creation day}#{shard}` | `{event}` | | |
+//! | event (with its listed fan-out) | `EVD#{app}#{creation day}#{shard}` | `{event}` | | |
+//! | app registered for the sweep, with its marks | `SWEPT` | `{app}` | | |
 //! | delivery | `DLA#{app}#{shard}` | `{delivery}` | | `ST#{app}#failed#{shard}` / `{delivery}`, failed ones only |
 //! | idempotency key | `IDEM#{app}#{key}` | `IDEM` | | |
 //! | API key (hash only) | `KEY#{key id}` | `KEY` | `KEYS#{app}` / `{key id}` | |
@@ -12,7 +13,7 @@
 //! | replay of an endpoint's missed events | `RPL#{replay}` | `RPL` | | |
 //! | event-type catalog entry | `CATALOG` | `ET#{name}` | | |
 //! | the table's storage format | `FORMAT` | `FORMAT` | | |
-//! | the reconciler's sweep marks | `RECONCILER` | `SWEEP` | | |
+//! | the reconciler's late-index marks | `RECONCILER` | `SWEEP` | | |
 //!
 //! An event lists its fan-out (`targets`, up to `FANOUT_LIST_MAX` endpoints):
 //! its deliveries have no item until their first attempt's outcome writes one
@@ -32,11 +33,14 @@
 //! items and are listed from its partitions (see [`status_index_key`]: a copy would
 //! be written and removed again for every delivery that needs a retry).
 //!
-//! Events are kept by time in the table itself: each creation day's events
-//! are spread over [`EVENT_SHARDS`] partitions sorted by event id (which
-//! starts with the creation time), so the reconciler's sweep and replays
-//! query the days they need and no index entry is written per event
-//! ([`event_key`]).
+//! Events are kept by app and time in the table itself: each app's events
+//! of a creation day are spread over [`EVENT_SHARDS`] partitions sorted by
+//! event id (which starts with the creation time), so a replay reads only
+//! its own app's days, the reconciler's sweep reads each registered app's
+//! days past its marks, and no index entry is written per event
+//! ([`event_key`]). An app is registered (`SWEPT` / `{app}`) when its first
+//! endpoint is created, before it: only an app with endpoints has events
+//! with a listed fan-out.
 //!
 //! GSI3 (KEYS_ONLY, sparse) holds these key spaces:
 //! - the overdue index `DUE#{shard}` / `{due time}#{id}`, present only on
@@ -71,7 +75,9 @@ use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
 use hookline_pipeline::dispatch::StreamChange;
-use hookline_pipeline::ports::{IdempotencyRecord, StoredEvent};
+use hookline_pipeline::ports::{
+    IdempotencyRecord, StoredEvent, SweepMark, SweepMarks, SweepSource, SweptApp,
+};
 use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
 use serde::{Deserialize, Serialize};
@@ -104,27 +110,39 @@ pub fn app_pk(app: &AppId) -> String {
 pub fn endpoint_sk(id: &EndpointId) -> String {
     format!("EP#{id}")
 }
-/// Partitions of each day's events (see [`event_key`]): a partition key
-/// takes about 1000 write units a second, so the table takes about 8000
-/// events (of up to 1 KB) a second before it throttles.
+/// Partitions of each app's events of a day (see [`event_key`]): a
+/// partition key takes about 1000 write units a second, so one app's
+/// events (of up to 1 KB) throttle at about 8000 a second.
 pub const EVENT_SHARDS: u32 = 8;
 
-/// Where an event item is: the partition of its creation day and its
-/// shard (`EVD#{yyyymmdd}#{shard}`), sorted by its id (which starts with its
-/// creation time). Every event of a day is in [`EVENT_SHARDS`] partitions in
-/// time order, so the reconciler's sweep and replays read events by time
-/// from the table itself, with no index entry written per event.
-pub fn event_key(id: &EventId) -> (String, String) {
+/// Where an event item is: its app's partition of its creation day and its
+/// shard (`EVD#{app}#{yyyymmdd}#{shard}`), sorted by its id (which starts
+/// with its creation time). Every event of an app's day is in
+/// [`EVENT_SHARDS`] partitions in time order, so the reconciler's sweep
+/// and replays read an app's events by time from the table itself, with
+/// no index entry written per event.
+pub fn event_key(app: &AppId, id: &EventId) -> (String, String) {
     (
-        event_day_pk(id.created_at(), hash_mod(id.as_str(), EVENT_SHARDS)),
+        event_day_pk(app, id.created_at(), hash_mod(id.as_str(), EVENT_SHARDS)),
         id.as_str().to_owned(),
     )
 }
 
-/// The partition of the events created on `at`'s day (UTC) in `shard`.
-pub fn event_day_pk(at: DateTime<Utc>, shard: u32) -> String {
-    format!("EVD#{}#{shard}", at.format("%Y%m%d"))
+/// The partition of `app`'s events created on `at`'s day (UTC) in `shard`.
+pub fn event_day_pk(app: &AppId, at: DateTime<Utc>, shard: u32) -> String {
+    format!("EVD#{app}#{}#{shard}", at.format("%Y%m%d"))
 }
+
+/// The app an event partition key names (app ids have no `#`).
+pub fn app_of_event_pk(pk: &str) -> Option<AppId> {
+    let (app, _) = pk.strip_prefix("EVD#")?.split_once('#')?;
+    AppId::parse(app).ok()
+}
+
+/// The apps the sweep reads: one item per app (`SWEPT` / `{app}`) with
+/// `registered_at` and its partitions' marks (`marks`, by shard).
+pub const SWEPT_APPS_PK: &str = "SWEPT";
+pub const KIND_SWEPT_APP: &str = "swept_app";
 
 /// The start of `at`'s day (UTC): [`event_day_pk`] partitions follow one
 /// another a day apart.
@@ -176,7 +194,7 @@ pub fn app_deliveries_pk(app: &AppId, shard: u32) -> String {
 /// refuses to start ([`PipelineError::Format`]): nothing has a migration
 /// path or reads older keys. Bump it with every change of an item's key
 /// or shape.
-pub const TABLE_FORMAT: u32 = 1;
+pub const TABLE_FORMAT: u32 = 2;
 pub const FORMAT_PK: &str = "FORMAT";
 pub const FORMAT_SK: &str = "FORMAT";
 
@@ -228,11 +246,9 @@ pub fn delivery_of_key(pk: &str, sk: &str) -> Option<(AppId, DeliveryId)> {
     Some((AppId::parse(app).ok()?, DeliveryId::parse(sk).ok()?))
 }
 
-/// The event a table key names.
-pub fn event_id_of_key(pk: &str, sk: &str) -> Option<EventId> {
-    pk.starts_with("EVD#")
-        .then(|| EventId::parse(sk).ok())
-        .flatten()
+/// The event (and its app) a table key names.
+pub fn event_id_of_key(pk: &str, sk: &str) -> Option<(AppId, EventId)> {
+    Some((app_of_event_pk(pk)?, EventId::parse(sk).ok()?))
 }
 pub fn idempotency_pk(app: &AppId, key: &str) -> String {
     format!("IDEM#{app}#{key}")
@@ -330,6 +346,100 @@ pub fn parse_event_time_sk(sk: &str) -> Option<(&str, EventId)> {
 /// The reconciler's sweep mark item.
 pub const SWEEP_MARK_PK: &str = "RECONCILER";
 pub const SWEEP_MARK_SK: &str = "SWEEP";
+
+/// One sweep mark as stored: `{position, reached}`.
+fn mark_value(mark: &SweepMark) -> serde_dynamo::AttributeValue {
+    use serde_dynamo::AttributeValue as Value;
+    Value::M(std::collections::HashMap::from([
+        ("position".to_owned(), Value::S(mark.position.clone())),
+        ("reached".to_owned(), Value::S(mark.reached.to_rfc3339())),
+    ]))
+}
+
+#[derive(Deserialize)]
+struct StoredMark {
+    position: String,
+    reached: DateTime<Utc>,
+}
+
+impl From<StoredMark> for SweepMark {
+    fn from(mark: StoredMark) -> Self {
+        Self {
+            position: mark.position,
+            reached: mark.reached,
+        }
+    }
+}
+
+/// The late-write index's marks item (by source name).
+pub fn late_marks_item(marks: &SweepMarks) -> Item {
+    use serde_dynamo::AttributeValue as Value;
+    let map = marks
+        .iter()
+        .map(|(source, mark)| (source.to_string(), mark_value(mark)))
+        .collect();
+    std::collections::HashMap::from([
+        (PK.to_owned(), Value::S(SWEEP_MARK_PK.to_owned())),
+        (SK.to_owned(), Value::S(SWEEP_MARK_SK.to_owned())),
+        ("kind".to_owned(), Value::S("sweep_mark".to_owned())),
+        ("marks".to_owned(), Value::M(map)),
+    ])
+    .into()
+}
+
+pub fn late_marks_from_item(item: Item) -> Result<SweepMarks, PipelineError> {
+    #[derive(Deserialize)]
+    struct Row {
+        marks: std::collections::BTreeMap<String, StoredMark>,
+    }
+    let row: Row = serde_dynamo::from_item(item).map_err(|e| corrupt("sweep mark item", e))?;
+    row.marks
+        .into_iter()
+        .map(|(source, mark)| Ok((source.parse()?, mark.into())))
+        .collect()
+}
+
+/// An app's partition marks as stored on its registration: by shard.
+pub fn app_marks_value(marks: &SweepMarks) -> serde_dynamo::AttributeValue {
+    serde_dynamo::AttributeValue::M(
+        marks
+            .iter()
+            .filter_map(|(source, mark)| match source {
+                SweepSource::Days(_, shard) => Some((shard.to_string(), mark_value(mark))),
+                SweepSource::Late(_) => None,
+            })
+            .collect(),
+    )
+}
+
+/// An app registration (`SWEPT` / `{app}`) as the sweep reads it.
+pub fn swept_app_from_item(item: Item) -> Result<SweptApp, PipelineError> {
+    #[derive(Deserialize)]
+    struct Row {
+        #[serde(rename = "SK")]
+        app: String,
+        registered_at: DateTime<Utc>,
+        #[serde(default)]
+        marks: std::collections::BTreeMap<String, StoredMark>,
+    }
+    let row: Row = serde_dynamo::from_item(item).map_err(|e| corrupt("app registration", e))?;
+    let app_id = AppId::parse(&row.app)?;
+    let marks = row
+        .marks
+        .into_iter()
+        .map(|(shard, mark)| {
+            let shard = shard
+                .parse()
+                .map_err(|_| corrupt("app registration", format!("shard `{shard}`")))?;
+            Ok((SweepSource::Days(app_id.clone(), shard), mark.into()))
+        })
+        .collect::<Result<_, PipelineError>>()?;
+    Ok(SweptApp {
+        app_id,
+        registered_at: row.registered_at,
+        marks,
+    })
+}
 
 /// A fixed-width UTC time (sorts as text) for overdue-index sort keys.
 pub fn due_time(at: DateTime<Utc>) -> String {
@@ -472,6 +582,8 @@ struct KindOnly {
     id: Option<String>,
     #[serde(default)]
     running: Option<bool>,
+    #[serde(default)]
+    app_id: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -565,7 +677,7 @@ pub fn event_item(
     } else {
         (None, None)
     };
-    let (pk, sk) = event_key(&event.id);
+    let (pk, sk) = event_key(&event.app_id, &event.id);
     let mut item = to_item(
         "event",
         &EventItem {
@@ -851,7 +963,13 @@ pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
         }
         KIND_EVENT if head.fanout == Some(true) => {
             let id = head.id.ok_or_else(|| corrupt("event image", "no id"))?;
-            Ok(StreamChange::EventFanout(EventId::parse(&id)?))
+            let app = head
+                .app_id
+                .ok_or_else(|| corrupt("event image", "no app id"))?;
+            Ok(StreamChange::EventFanout(
+                AppId::parse(&app)?,
+                EventId::parse(&id)?,
+            ))
         }
         _ => Ok(StreamChange::Ignored),
     }
@@ -918,7 +1036,7 @@ mod tests {
         assert_eq!(stored.fanout_version, 3);
         assert_eq!(
             decode_stream_image(item).unwrap(),
-            StreamChange::EventFanout(event.id.clone())
+            StreamChange::EventFanout(event.app_id.clone(), event.id.clone())
         );
     }
 
@@ -989,6 +1107,45 @@ mod tests {
         );
     }
 
+    /// An app's registration carries its marks by shard, read back as its
+    /// sources; the late-write index's marks by source name.
+    #[test]
+    fn sweep_marks_round_trip_on_their_items() {
+        use chrono::TimeZone;
+        let app = AppId::parse("acme").unwrap();
+        let at = Utc.with_ymd_and_hms(2026, 12, 4, 10, 0, 0).unwrap();
+        let mark = |n: u32| SweepMark {
+            position: format!("p{n}"),
+            reached: at + chrono::TimeDelta::minutes(i64::from(n)),
+        };
+        let days: SweepMarks = (0..EVENT_SHARDS)
+            .map(|n| (SweepSource::Days(app.clone(), n), mark(n)))
+            .collect();
+        let item: Item = std::collections::HashMap::from([
+            (
+                PK.to_owned(),
+                serde_dynamo::AttributeValue::S(SWEPT_APPS_PK.into()),
+            ),
+            (
+                SK.to_owned(),
+                serde_dynamo::AttributeValue::S("acme".into()),
+            ),
+            (
+                "registered_at".to_owned(),
+                serde_dynamo::AttributeValue::S(at.to_rfc3339()),
+            ),
+            ("marks".to_owned(), app_marks_value(&days)),
+        ])
+        .into();
+        let swept = swept_app_from_item(item).unwrap();
+        assert_eq!((swept.app_id, swept.registered_at), (app, at));
+        assert_eq!(swept.marks, days);
+        let late: SweepMarks = (0..DUE_SHARDS)
+            .map(|n| (SweepSource::Late(n), mark(n)))
+            .collect();
+        assert_eq!(late_marks_from_item(late_marks_item(&late)).unwrap(), late);
+    }
+
     #[test]
     fn events_live_in_day_partitions_and_are_indexed_only_when_needed() {
         use chrono::TimeZone;
@@ -996,17 +1153,23 @@ mod tests {
         let mut rng = rand::thread_rng();
         let ids: Vec<EventId> = (0..400).map(|_| EventId::new(at, &mut rng)).collect();
         let mut shards = std::collections::BTreeSet::new();
+        let app = AppId::parse("acme.eu").unwrap();
         for id in &ids {
-            let (pk, sk) = event_key(id);
-            assert!(pk.starts_with("EVD#20261204#"), "{pk}");
+            let (pk, sk) = event_key(&app, id);
+            assert!(pk.starts_with("EVD#acme.eu#20261204#"), "{pk}");
             assert_eq!(sk, id.as_str());
-            shards.insert(pk);
-            assert_eq!(event_id_of_key(&event_key(id).0, &sk).as_ref(), Some(id));
+            shards.insert(pk.clone());
+            assert_eq!(event_id_of_key(&pk, &sk), Some((app.clone(), id.clone())));
             assert_eq!(event_id_of_key(&format!("EVT#{id}"), "EVT"), None);
         }
         assert_eq!(shards.len(), EVENT_SHARDS as usize, "every shard used");
         let next_day = EventId::new(at + chrono::TimeDelta::seconds(1), &mut rng);
-        assert!(event_key(&next_day).0.starts_with("EVD#20261205#"));
+        assert!(event_key(&app, &next_day)
+            .0
+            .starts_with("EVD#acme.eu#20261205#"));
+        // Another app's events are in other partitions.
+        let other = AppId::parse("acme").unwrap();
+        assert!(!shards.contains(&event_key(&other, &ids[0]).0));
         assert_eq!(
             day_start(at),
             Utc.with_ymd_and_hms(2026, 12, 4, 0, 0, 0).unwrap()
@@ -1023,7 +1186,8 @@ mod tests {
                 .unwrap();
         let keys = &fixture["Records"][0]["dynamodb"]["Keys"];
         let id = EventId::parse(keys["SK"]["S"].as_str().unwrap()).unwrap();
-        assert_eq!(keys["PK"]["S"].as_str().unwrap(), event_key(&id).0);
+        let demo = AppId::parse("demo").unwrap();
+        assert_eq!(keys["PK"]["S"].as_str().unwrap(), event_key(&demo, &id).0);
 
         let (event, _, endpoint) = sample();
         let day = Duration::from_secs(86400);
@@ -1032,7 +1196,10 @@ mod tests {
         let listed = event_item(&event, &targets, &[], 0, day, event.created_at).unwrap();
         assert_eq!(gsi3(&listed), None, "a listed fan-out written at once");
         let s = |v: &str| Some(serde_dynamo::AttributeValue::S(v.to_owned()));
-        assert_eq!(listed.get(PK).cloned(), s(&event_key(&event.id).0));
+        assert_eq!(
+            listed.get(PK).cloned(),
+            s(&event_key(&event.app_id, &event.id).0)
+        );
         let late = event_item(
             &event,
             &targets,

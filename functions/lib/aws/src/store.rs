@@ -18,7 +18,7 @@ use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, EventHead, EventWindow,
     IdempotencyRecord, NewEvent, Overdue, OverduePage, Result, Store, StoredEvent, SweepMarks,
-    SweepPage, SweepSource,
+    SweepPage, SweepSource, SweptAppsPage,
 };
 use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
@@ -412,7 +412,7 @@ impl DynamoStore {
     /// Writes the event a key's record names if it is missing, from the
     /// record (id, time, fan-out) and `new`'s payload (same request hash).
     async fn complete_keyed_event(&self, new: &NewEvent, keyed: KeyedEvent) -> Result<()> {
-        let (pk, sk) = event_key(&keyed.id);
+        let (pk, sk) = event_key(&new.event.app_id, &keyed.id);
         if self.get(pk, &sk).await?.is_some() {
             return Ok(());
         }
@@ -447,12 +447,13 @@ impl DynamoStore {
     /// event is not at that version.
     async fn materialise_at(
         &self,
+        app: &AppId,
         event_id: &EventId,
         version: u32,
         deliveries: &[Delivery],
         remaining: &[EndpointId],
     ) -> Result<bool> {
-        let (pk, sk) = event_key(event_id);
+        let (pk, sk) = event_key(app, event_id);
         let mut update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(Self::key(pk, &sk)))
@@ -504,6 +505,7 @@ impl DynamoStore {
     #[allow(clippy::too_many_arguments)]
     async fn events_by_time(
         &self,
+        app: &AppId,
         shard: u32,
         after: &str,
         from: &EventId,
@@ -537,7 +539,7 @@ impl DynamoStore {
                 };
                 return Ok((out, Some(next)));
             }
-            let pk = event_day_pk(day, shard);
+            let pk = event_day_pk(app, day, shard);
             let query = Query::new(&self.table, "PK = :pk AND SK BETWEEN :low AND :below")
                 .eventually_consistent()
                 .value(":pk", serde_dynamo::AttributeValue::S(pk))
@@ -592,7 +594,7 @@ impl DynamoStore {
         // first attempt) the event that lists it: one request.
         let mut keys = vec![delivery_key(app, id)];
         if let Some((event_id, _)) = id.fanout_origin().filter(|_| listed) {
-            keys.push(event_key(&event_id));
+            keys.push(event_key(app, &event_id));
         }
         if let Some((key, _)) = &along {
             keys.push((*key).clone());
@@ -777,11 +779,28 @@ impl DynamoStore {
         Ok(items)
     }
 
-    /// One page of event shard `shard`'s day partitions (see
+    /// Registers `app` for the reconciler's sweep at `at` (kept if it is
+    /// registered already): done before its first endpoint is written.
+    pub async fn register_app(&self, app: &AppId, at: DateTime<Utc>) -> Result<()> {
+        use serde_dynamo::AttributeValue as Value;
+        let register = crate::dynamo_http::Update::new(
+            &self.table,
+            SWEPT_APPS_PK,
+            app.as_str(),
+            "SET registered_at = if_not_exists(registered_at, :at), kind = :kind".to_owned(),
+        )
+        .value(":at", Value::S(at.to_rfc3339()))
+        .value(":kind", Value::S(KIND_SWEPT_APP.to_owned()));
+        let _g = self.guard().await;
+        self.http.update_item(&register).await.map_err(direct_error)
+    }
+
+    /// One page of an app's event shard `shard`'s day partitions (see
     /// [`Store::sweep_page`]): one query of the day the position is in,
     /// heads only; past a day's last page, the next day's start.
     async fn sweep_days_page(
         &self,
+        app: &AppId,
         shard: u32,
         position: &str,
         floor: DateTime<Utc>,
@@ -808,7 +827,7 @@ impl DynamoStore {
         let day = day_start(from);
         let query = Query::new(&self.table, "PK = :pk AND SK BETWEEN :low AND :below")
             .eventually_consistent()
-            .value(":pk", Value::S(event_day_pk(day, shard)))
+            .value(":pk", Value::S(event_day_pk(app, day, shard)))
             .value(":low", Value::S(low.clone()))
             .value(":below", Value::S(below.as_str().to_owned()))
             .projection(HEAD_PROJECTION)
@@ -1279,6 +1298,9 @@ impl Store for DynamoStore {
     }
 
     async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
+        // The app first: its endpoint's events must be swept.
+        self.register_app(&endpoint.app_id, endpoint.created_at)
+            .await?;
         let item = self.endpoint_to_sdk(endpoint).await?;
         self.put_new(Item::from(item)).await
     }
@@ -1714,8 +1736,8 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
-        let keys = ids.iter().map(event_key).collect();
+    async fn get_events(&self, ids: &[(AppId, EventId)]) -> Result<Vec<StoredEvent>> {
+        let keys = ids.iter().map(|(app, id)| event_key(app, id)).collect();
         self.batch_get(keys, true, None)
             .await?
             .into_iter()
@@ -1723,8 +1745,8 @@ impl Store for DynamoStore {
             .collect()
     }
 
-    async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
-        let (pk, sk) = event_key(id);
+    async fn get_event(&self, app: &AppId, id: &EventId) -> Result<Option<StoredEvent>> {
+        let (pk, sk) = event_key(app, id);
         self.get(pk, &sk)
             .await?
             .map(schema::event_from_item)
@@ -1733,12 +1755,13 @@ impl Store for DynamoStore {
 
     async fn materialise_fanout(
         &self,
+        app: &AppId,
         event_id: &EventId,
         version: u32,
         deliveries: &[Delivery],
         remaining: &[EndpointId],
     ) -> Result<bool> {
-        self.materialise_at(event_id, version, deliveries, remaining)
+        self.materialise_at(app, event_id, version, deliveries, remaining)
             .await
     }
 
@@ -1952,11 +1975,12 @@ impl Store for DynamoStore {
 
     async fn extend_event_retention(
         &self,
+        app: &AppId,
         id: &EventId,
         restarted_at: DateTime<Utc>,
     ) -> Result<()> {
         let until = schema::event_expiry_after(restarted_at, self.retention);
-        let (pk, sk) = event_key(id);
+        let (pk, sk) = event_key(app, id);
         let _g = self.guard().await;
         let result = self
             .client()
@@ -2009,8 +2033,8 @@ impl Store for DynamoStore {
                 let table_sk = text_of(item, SK)?;
                 let what = if let Some((app, id)) = schema::delivery_of_key(pk, table_sk) {
                     Overdue::Delivery(app, id)
-                } else if let Some(id) = event_id_of_key(pk, table_sk) {
-                    Overdue::Event(id)
+                } else if let Some((app, id)) = event_id_of_key(pk, table_sk) {
+                    Overdue::Event(app, id)
                 } else {
                     Overdue::Replay(ReplayId::parse(pk.strip_prefix("RPL#")?).ok()?)
                 };
@@ -2040,29 +2064,87 @@ impl Store for DynamoStore {
         Ok(out)
     }
 
-    fn sweep_sources(&self) -> Vec<SweepSource> {
-        (0..EVENT_SHARDS)
-            .map(SweepSource::Days)
-            .chain((0..DUE_SHARDS).map(SweepSource::Late))
-            .collect()
+    fn event_shards(&self) -> u32 {
+        EVENT_SHARDS
+    }
+
+    fn late_shards(&self) -> u32 {
+        DUE_SHARDS
+    }
+
+    async fn swept_apps(&self, position: &str) -> Result<SweptAppsPage> {
+        use serde_dynamo::AttributeValue as Value;
+        let query = if position.is_empty() {
+            Query::new(&self.table, "PK = :pk")
+        } else {
+            Query::new(&self.table, "PK = :pk AND SK > :after")
+                .value(":after", Value::S(position.to_owned()))
+        }
+        .eventually_consistent()
+        .value(":pk", Value::S(SWEPT_APPS_PK.to_owned()));
+        let answer = {
+            let _g = self.guard().await;
+            self.http.query(&query).await.map_err(direct_error)?
+        };
+        let mut page = SweptAppsPage::default();
+        for item in answer.items {
+            let Some(sk) = text_of(&item, SK).map(str::to_owned) else {
+                tracing::error!("an app registration without a sort key stepped over");
+                continue;
+            };
+            page.position.clone_from(&sk);
+            match schema::swept_app_from_item(item) {
+                Ok(app) => page.apps.push(app),
+                Err(err) => {
+                    tracing::error!(key = %sk, error = %hookline_core::error::Chain(&err), "an unreadable app registration stepped over by the sweep");
+                }
+            }
+        }
+        page.done = answer
+            .last_evaluated_key
+            .filter(|k| !k.is_empty())
+            .is_none();
+        Ok(page)
+    }
+
+    async fn save_app_sweep_marks(&self, app: &AppId, marks: &SweepMarks) -> Result<()> {
+        let update = crate::dynamo_http::Update::new(
+            &self.table,
+            SWEPT_APPS_PK,
+            app.as_str(),
+            "SET marks = :marks".to_owned(),
+        )
+        .condition("attribute_exists(PK)")
+        .value(":marks", schema::app_marks_value(marks));
+        let _g = self.guard().await;
+        match direct_condition_to_bool(self.http.update_item(&update).await)? {
+            true => Ok(()),
+            false => Err(corrupt(
+                "app registration",
+                format!("{app} is not registered"),
+            )),
+        }
     }
 
     async fn sweep_page(
         &self,
-        source: SweepSource,
+        source: &SweepSource,
         position: &str,
         floor: DateTime<Utc>,
         cutoff: DateTime<Utc>,
     ) -> Result<SweepPage> {
         match source {
-            SweepSource::Days(shard) => self.sweep_days_page(shard, position, floor, cutoff).await,
-            SweepSource::Late(shard) => self.sweep_late_page(shard, position, floor, cutoff).await,
+            SweepSource::Days(app, shard) => {
+                self.sweep_days_page(app, *shard, position, floor, cutoff)
+                    .await
+            }
+            SweepSource::Late(shard) => self.sweep_late_page(*shard, position, floor, cutoff).await,
         }
     }
 
     async fn index_late_event(&self, event: &EventHead, written_at: DateTime<Utc>) -> Result<()> {
         use serde_dynamo::AttributeValue as Value;
-        let (pk, sk) = event_key(&event.id);
+        let (pk, sk) = event_key(&event.app_id, &event.id);
         let update = crate::dynamo_http::Update::new(
             &self.table,
             &pk,
@@ -2082,52 +2164,14 @@ impl Store for DynamoStore {
     }
 
     async fn sweep_marks(&self) -> Result<SweepMarks> {
-        let Some(item) = self.get(SWEEP_MARK_PK.to_owned(), SWEEP_MARK_SK).await? else {
-            return Ok(SweepMarks::new());
-        };
-        #[derive(serde::Deserialize)]
-        struct Mark {
-            position: String,
-            reached: DateTime<Utc>,
+        match self.get(SWEEP_MARK_PK.to_owned(), SWEEP_MARK_SK).await? {
+            Some(item) => schema::late_marks_from_item(item),
+            None => Ok(SweepMarks::new()),
         }
-        #[derive(serde::Deserialize)]
-        struct Row {
-            marks: std::collections::BTreeMap<String, Mark>,
-        }
-        let row: Row = serde_dynamo::from_item(item).map_err(|e| corrupt("sweep mark item", e))?;
-        row.marks
-            .into_iter()
-            .map(|(source, mark)| {
-                Ok((
-                    source.parse()?,
-                    hookline_pipeline::ports::SweepMark {
-                        position: mark.position,
-                        reached: mark.reached,
-                    },
-                ))
-            })
-            .collect()
     }
 
     async fn save_sweep_marks(&self, marks: &SweepMarks) -> Result<()> {
-        use serde_dynamo::AttributeValue as Value;
-        let map = marks
-            .iter()
-            .map(|(source, mark)| {
-                let fields = HashMap::from([
-                    ("position".to_owned(), Value::S(mark.position.clone())),
-                    ("reached".to_owned(), Value::S(mark.reached.to_rfc3339())),
-                ]);
-                (source.to_string(), Value::M(fields))
-            })
-            .collect();
-        let item: Item = HashMap::from([
-            (PK.to_owned(), Value::S(SWEEP_MARK_PK.to_owned())),
-            (SK.to_owned(), Value::S(SWEEP_MARK_SK.to_owned())),
-            ("kind".to_owned(), Value::S("sweep_mark".to_owned())),
-            ("marks".to_owned(), Value::M(map)),
-        ])
-        .into();
+        let item = schema::late_marks_item(marks);
         let _g = self.guard().await;
         self.http
             .put_item(&Put::new(&self.table, &item))
@@ -2221,6 +2265,7 @@ impl Store for DynamoStore {
             let (from, below_id) = (&from, &below_id);
             async move {
                 self.events_by_time(
+                    app,
                     shard as u32,
                     after,
                     from,
@@ -2245,7 +2290,7 @@ impl Store for DynamoStore {
             for item in found {
                 let stored = schema::event_from_item(item)?;
                 let created = stored.event.created_at;
-                if &stored.event.app_id == app && created >= since && created < until {
+                if created >= since && created < until {
                     events.push(stored);
                 }
             }

@@ -641,7 +641,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
         Ok(self
             .store
-            .get_event(&delivery.event_id)
+            .get_event(&delivery.app_id, &delivery.event_id)
             .await?
             .map(|stored| std::borrow::Cow::Owned(stored.event.body)))
     }

@@ -9,7 +9,7 @@
 //! message whose attempt number no longer matches the stored delivery.
 
 use chrono::{DateTime, Utc};
-use hookline_core::ids::{DeliveryId, EventId, ReplayId};
+use hookline_core::ids::{AppId, DeliveryId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Event};
 
 use std::collections::HashMap;
@@ -24,8 +24,8 @@ use crate::PipelineError;
 pub enum StreamChange {
     /// A delivery in `pending`: queue its next attempt.
     PendingDelivery(Box<Delivery>),
-    /// An event whose fan-out list is not empty.
-    EventFanout(EventId),
+    /// An event (of this app) whose fan-out list is not empty.
+    EventFanout(AppId, EventId),
     /// A new event with a listed fan-out (acted on for inserts only).
     ListedFanout(Box<StoredEvent>),
     /// A replay still running: its next step ([`crate::replay`]).
@@ -107,11 +107,11 @@ pub async fn dispatch_changes<S: Store, Q: Queue>(
                 run.events.push(stored.event);
             }
             Ok(StreamChange::ListedFanout(_) | StreamChange::Ignored) => {}
-            Ok(StreamChange::EventFanout(event_id)) => {
+            Ok(StreamChange::EventFanout(app_id, event_id)) => {
                 if let Some(failed) = flush(store, queue, &mut run, now).await {
                     return Some(failed);
                 }
-                if let Err(err) = materialise_fanout(store, &event_id, now).await {
+                if let Err(err) = materialise_fanout(store, &app_id, &event_id, now).await {
                     tracing::error!(event_id = %event_id, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "fan-out failed");
                     return Some(index);
                 }
@@ -217,11 +217,11 @@ pub async fn queue_pending<S: Store, Q: Queue>(
     now: DateTime<Utc>,
 ) -> Result<Vec<DeliveryId>, PipelineError> {
     let mut messages: Vec<(DeliveryMessage, i32)> = Vec::new();
-    let mut events: Vec<EventId> = Vec::new();
+    let mut events: Vec<(AppId, EventId)> = Vec::new();
     for delivery in deliveries {
         if let Some(pair) = message_for(delivery, now) {
             messages.push(pair);
-            events.push(delivery.event_id.clone());
+            events.push((delivery.app_id.clone(), delivery.event_id.clone()));
         }
     }
     if messages.is_empty() {
@@ -231,9 +231,9 @@ pub async fn queue_pending<S: Store, Q: Queue>(
         .iter()
         .map(|e| (e.id.clone(), e.body.as_str()))
         .collect();
-    let mut wanted: Vec<EventId> = events
+    let mut wanted: Vec<(AppId, EventId)> = events
         .iter()
-        .filter(|id| !bodies.contains_key(*id))
+        .filter(|(_, id)| !bodies.contains_key(id))
         .cloned()
         .collect();
     wanted.sort();
@@ -252,7 +252,7 @@ pub async fn queue_pending<S: Store, Q: Queue>(
     for stored in &found {
         bodies.insert(stored.event.id.clone(), stored.event.body.as_str());
     }
-    for ((message, _), event) in messages.iter_mut().zip(&events) {
+    for ((message, _), (_, event)) in messages.iter_mut().zip(&events) {
         message.body = bodies
             .get(event)
             .filter(|b| b.len() <= INLINE_BODY_MAX)
@@ -274,12 +274,13 @@ pub async fn queue_pending<S: Store, Q: Queue>(
 #[tracing::instrument(name = "fanout", skip_all, fields(event_id = %event_id))]
 pub async fn materialise_fanout<S: Store>(
     store: &S,
+    app: &AppId,
     event_id: &EventId,
     now: DateTime<Utc>,
 ) -> Result<usize, PipelineError> {
     let mut written = 0;
     loop {
-        let Some(stored) = store.get_event(event_id).await? else {
+        let Some(stored) = store.get_event(app, event_id).await? else {
             tracing::warn!(event_id = %event_id, "fan-out of a missing event ignored");
             return Ok(written);
         };
@@ -300,7 +301,7 @@ pub async fn materialise_fanout<S: Store>(
             })
             .collect();
         if !store
-            .materialise_fanout(event_id, stored.fanout_version, &deliveries, rest)
+            .materialise_fanout(app, event_id, stored.fanout_version, &deliveries, rest)
             .await?
         {
             tracing::info!(event_id = %event_id, "fan-out chunk already materialised elsewhere");

@@ -51,10 +51,15 @@ struct StoreState {
     /// Delivery item reads so far: (consistent, eventually consistent).
     item_reads: (u32, u32),
     deliveries: HashMap<DeliveryId, Delivery>,
-    /// Every event by (shard, id): the day partitions' order, for the sweep.
-    event_order: std::collections::BTreeSet<(u32, EventId)>,
-    /// The reconciler's sweep marks.
+    /// Every event by (app, shard, id): an app's day partitions' order,
+    /// for the sweep and replays.
+    event_order: std::collections::BTreeSet<(AppId, u32, EventId)>,
+    /// The apps the sweep reads: when each was registered, its marks.
+    swept_apps: std::collections::BTreeMap<AppId, (DateTime<Utc>, SweepMarks)>,
+    /// The reconciler's marks of the late-write index.
     sweep_marks: SweepMarks,
+    /// Event items read by sweep pages and replay windows.
+    event_items_read: u64,
     /// The late-write index: (written time, event id), by time.
     late_index: std::collections::BTreeSet<(DateTime<Utc>, EventId)>,
     /// Events the sweep reads as unreadable items (poison).
@@ -105,17 +110,33 @@ impl StoreState {
     }
 
     fn put_event(&mut self, e: StoredEvent) {
-        self.event_order.insert((
-            memory_shard(e.event.id.as_str(), MEMORY_SHARDS),
-            e.event.id.clone(),
-        ));
+        self.event_order
+            .insert(order_key(&e.event.app_id, &e.event.id));
         self.events.insert(e.event.id.clone(), e);
+    }
+
+    fn register_app(&mut self, app: &AppId, at: DateTime<Utc>) {
+        self.swept_apps
+            .entry(app.clone())
+            .or_insert_with(|| (at, SweepMarks::new()));
     }
 }
 
 /// Shards of the in-memory event order and overdue index (as the
 /// DynamoDB store's `EVENT_SHARDS` and `DUE_SHARDS`).
 pub const MEMORY_SHARDS: u32 = 8;
+/// An event's place in its app's day partitions.
+fn order_key(app: &AppId, id: &EventId) -> (AppId, u32, EventId) {
+    (
+        app.clone(),
+        memory_shard(id.as_str(), MEMORY_SHARDS),
+        id.clone(),
+    )
+}
+
+/// Apps per page of the sweep's app registry (DynamoDB's 1 MB page of
+/// small items).
+pub const SWEPT_APPS_PAGE: usize = 1000;
 /// A page of the in-memory store reads at most this many bytes of items
 /// (DynamoDB's 1 MB per query page, counted on the item before projection).
 pub const PAGE_BYTES: usize = 1 << 20;
@@ -198,8 +219,23 @@ impl MemoryStore {
         lock(&self.state).deliveries.insert(d.id.clone(), d);
     }
 
+    /// Seeds an event; its app is registered for the sweep (as creating
+    /// its first endpoint does) at the event's creation if it is not yet.
     pub fn insert_event(&self, e: StoredEvent) {
-        lock(&self.state).put_event(e);
+        let mut s = lock(&self.state);
+        s.register_app(&e.event.app_id, e.event.created_at);
+        s.put_event(e);
+    }
+
+    /// Registers `app` for the sweep at `at`, as creating its first
+    /// endpoint does (for events committed without one).
+    pub fn register_app(&self, app: &AppId, at: DateTime<Utc>) {
+        lock(&self.state).register_app(app, at);
+    }
+
+    /// Event items read by sweep pages and replay windows so far.
+    pub fn event_items_read(&self) -> u64 {
+        lock(&self.state).event_items_read
     }
 
     /// Every delivery as the store answers for it: the written ones, and
@@ -316,8 +352,7 @@ impl MemoryStore {
                 for d in e.listed_deliveries() {
                     s.deliveries.remove(&d.id);
                 }
-                s.event_order
-                    .remove(&(memory_shard(id.as_str(), MEMORY_SHARDS), id.clone()));
+                s.event_order.remove(&order_key(&e.event.app_id, id));
             }
         }
         old.len()
@@ -328,9 +363,14 @@ impl MemoryStore {
         lock(&self.state).pages_read
     }
 
-    /// The committed sweep marks.
+    /// The committed sweep marks: the late-write index's and every app's.
     pub fn committed_sweep_marks(&self) -> SweepMarks {
-        lock(&self.state).sweep_marks.clone()
+        let s = lock(&self.state);
+        let mut all = s.sweep_marks.clone();
+        for (_, marks) in s.swept_apps.values() {
+            all.extend(marks.clone());
+        }
+        all
     }
 
     /// How many times a rate limiter was written.
@@ -375,6 +415,7 @@ impl Store for MemoryStore {
         if s.endpoints.contains_key(&endpoint.id) {
             return Err(crate::PipelineError::store("endpoint exists", false));
         }
+        s.register_app(&endpoint.app_id, endpoint.created_at);
         s.endpoints.insert(endpoint.id.clone(), endpoint.clone());
         Ok(())
     }
@@ -535,7 +576,10 @@ impl Store for MemoryStore {
         } else if !stored.fanout_remaining.is_empty() {
             s.streamed(
                 true,
-                crate::dispatch::StreamChange::EventFanout(stored.event.id.clone()),
+                crate::dispatch::StreamChange::EventFanout(
+                    stored.event.app_id.clone(),
+                    stored.event.id.clone(),
+                ),
             );
         }
         s.put_event(stored);
@@ -545,29 +589,35 @@ impl Store for MemoryStore {
         }
         Ok(CommitOutcome::Committed)
     }
-    async fn get_event(&self, id: &EventId) -> Result<Option<StoredEvent>> {
+    async fn get_event(&self, app: &AppId, id: &EventId) -> Result<Option<StoredEvent>> {
         let s = lock(&self.state);
         if s.poison_events.contains(id) {
             return Err(crate::PipelineError::Corrupt(format!("event {id}: poison")));
         }
-        Ok(s.events.get(id).cloned())
+        Ok(s.events.get(id).filter(|e| &e.event.app_id == app).cloned())
     }
-    async fn get_events(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
+    async fn get_events(&self, ids: &[(AppId, EventId)]) -> Result<Vec<StoredEvent>> {
         let state = lock(&self.state);
         Ok(ids
             .iter()
-            .filter_map(|id| state.events.get(id).cloned())
+            .filter_map(|(app, id)| state.events.get(id).filter(|e| &e.event.app_id == app))
+            .cloned()
             .collect())
     }
     async fn materialise_fanout(
         &self,
+        app: &AppId,
         event_id: &EventId,
         version: u32,
         deliveries: &[Delivery],
         remaining: &[EndpointId],
     ) -> Result<bool> {
         let mut s = lock(&self.state);
-        let Some(event) = s.events.get_mut(event_id) else {
+        let Some(event) = s
+            .events
+            .get_mut(event_id)
+            .filter(|e| &e.event.app_id == app)
+        else {
             return Ok(false);
         };
         if event.fanout_version != version {
@@ -584,7 +634,7 @@ impl Store for MemoryStore {
         if !remaining.is_empty() {
             s.streamed(
                 false,
-                crate::dispatch::StreamChange::EventFanout(event_id.clone()),
+                crate::dispatch::StreamChange::EventFanout(app.clone(), event_id.clone()),
             );
         }
         Ok(true)
@@ -665,6 +715,7 @@ impl Store for MemoryStore {
     }
     async fn extend_event_retention(
         &self,
+        _app: &AppId,
         id: &EventId,
         restarted_at: DateTime<Utc>,
     ) -> Result<()> {
@@ -703,7 +754,7 @@ impl Store for MemoryStore {
                         (
                             due_position(e.event.created_at, e.event.id.as_str()),
                             e.event.created_at,
-                            Overdue::Event(e.event.id.clone()),
+                            Overdue::Event(e.event.app_id.clone(), e.event.id.clone()),
                         )
                     }),
             )
@@ -734,11 +785,43 @@ impl Store for MemoryStore {
             done,
         })
     }
-    fn sweep_sources(&self) -> Vec<SweepSource> {
-        (0..MEMORY_SHARDS)
-            .map(SweepSource::Days)
-            .chain(std::iter::once(SweepSource::Late(0)))
-            .collect()
+    fn event_shards(&self) -> u32 {
+        MEMORY_SHARDS
+    }
+    fn late_shards(&self) -> u32 {
+        1
+    }
+    async fn swept_apps(&self, position: &str) -> Result<SweptAppsPage> {
+        self.page_taken().await;
+        let s = lock(&self.state);
+        let mut page = SweptAppsPage::default();
+        for (app, (registered_at, marks)) in s
+            .swept_apps
+            .iter()
+            .filter(|(app, _)| position.is_empty() || app.as_str() > position)
+        {
+            if page.apps.len() == SWEPT_APPS_PAGE {
+                return Ok(page);
+            }
+            page.position = app.to_string();
+            page.apps.push(SweptApp {
+                app_id: app.clone(),
+                registered_at: *registered_at,
+                marks: marks.clone(),
+            });
+        }
+        page.done = true;
+        Ok(page)
+    }
+    async fn save_app_sweep_marks(&self, app: &AppId, marks: &SweepMarks) -> Result<()> {
+        let mut s = lock(&self.state);
+        let Some(entry) = s.swept_apps.get_mut(app) else {
+            return Err(crate::PipelineError::Corrupt(format!(
+                "sweep marks of an unregistered app {app}"
+            )));
+        };
+        entry.1 = marks.clone();
+        Ok(())
     }
     async fn index_late_event(&self, event: &EventHead, written_at: DateTime<Utc>) -> Result<()> {
         let mut s = lock(&self.state);
@@ -749,13 +832,13 @@ impl Store for MemoryStore {
     }
     async fn sweep_page(
         &self,
-        source: SweepSource,
+        source: &SweepSource,
         position: &str,
         floor: DateTime<Utc>,
         cutoff: DateTime<Utc>,
     ) -> Result<SweepPage> {
-        let shard = match source {
-            SweepSource::Days(shard) => shard,
+        let (app, shard) = match source {
+            SweepSource::Days(app, shard) => (app.clone(), *shard),
             SweepSource::Late(0) => return self.late_page(position, floor, cutoff).await,
             SweepSource::Late(_) => {
                 return Err(crate::PipelineError::Corrupt(format!(
@@ -764,7 +847,8 @@ impl Store for MemoryStore {
             }
         };
         self.page_taken().await;
-        let s = lock(&self.state);
+        let mut s = lock(&self.state);
+        let s = &mut *s;
         let floor_id = EventId::time_floor(floor);
         let below = EventId::time_floor(cutoff);
         let after = match (!position.is_empty())
@@ -777,9 +861,9 @@ impl Store for MemoryStore {
         let mut page = SweepPage::default();
         let mut read = 0;
         let mut last = None;
-        for (_, id) in s.event_order.range((
-            std::ops::Bound::Excluded((shard, after)),
-            std::ops::Bound::Excluded((shard, below.clone())),
+        for (_, _, id) in s.event_order.range((
+            std::ops::Bound::Excluded((app.clone(), shard, after)),
+            std::ops::Bound::Excluded((app.clone(), shard, below.clone())),
         )) {
             if read >= PAGE_BYTES {
                 break;
@@ -787,6 +871,7 @@ impl Store for MemoryStore {
             let Some(event) = s.events.get(id) else {
                 continue;
             };
+            s.event_items_read += 1;
             read += event_item_bytes(event);
             last = Some(event);
             if s.poison_events.contains(id) {
@@ -843,14 +928,18 @@ impl Store for MemoryStore {
         position: &str,
         limit: usize,
     ) -> Result<EventWindow> {
-        let s = lock(&self.state);
+        let mut s = lock(&self.state);
+        let s = &mut *s;
         let after = (!position.is_empty())
             .then(|| EventId::parse(position))
             .transpose()?;
+        // The app's partitions only, as the DynamoDB store reads them.
         let mut events: Vec<StoredEvent> = s
-            .events
-            .values()
-            .filter(|e| &e.event.app_id == app && e.fanout_remaining.is_empty())
+            .event_order
+            .iter()
+            .filter(|(owner, _, _)| owner == app)
+            .filter_map(|(_, _, id)| s.events.get(id))
+            .filter(|e| e.fanout_remaining.is_empty())
             .filter(|e| e.event.created_at >= since && e.event.created_at < until)
             .filter(|e| after.as_ref().is_none_or(|a| e.event.id > *a))
             .cloned()
@@ -858,6 +947,7 @@ impl Store for MemoryStore {
         events.sort_by(|a, b| a.event.id.cmp(&b.event.id));
         let complete = events.len() <= limit;
         events.truncate(limit);
+        s.event_items_read += events.len() as u64;
         let position = events
             .last()
             .map_or_else(|| position.to_owned(), |e| e.event.id.to_string());

@@ -110,20 +110,21 @@ impl StoredEvent {
 
 /// Where the reconciler's sweep reads events by time: one source per
 /// partition (or index shard) it pages through, each with its own mark.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SweepSource {
-    /// Shard `n` of the events' creation-day partitions.
-    Days(u32),
+    /// Shard `n` of an app's creation-day event partitions (its marks are
+    /// kept with the app: [`Store::save_app_sweep_marks`]).
+    Days(AppId, u32),
     /// Shard `n` of the time index of listed fan-outs written after their
     /// creation (an event completed after its request stopped), by the
-    /// time they were written.
+    /// time they were written (marks: [`Store::save_sweep_marks`]).
     Late(u32),
 }
 
 impl std::fmt::Display for SweepSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Days(n) => write!(f, "days/{n}"),
+            Self::Days(app, n) => write!(f, "days/{app}/{n}"),
             Self::Late(n) => write!(f, "late/{n}"),
         }
     }
@@ -133,14 +134,41 @@ impl std::str::FromStr for SweepSource {
     type Err = PipelineError;
     fn from_str(text: &str) -> Result<Self> {
         let bad = || PipelineError::Corrupt(format!("sweep source `{text}`"));
-        let (kind, n) = text.split_once('/').ok_or_else(bad)?;
-        let n: u32 = n.parse().map_err(|_| bad())?;
+        let (kind, rest) = text.split_once('/').ok_or_else(bad)?;
         match kind {
-            "days" => Ok(Self::Days(n)),
-            "late" => Ok(Self::Late(n)),
+            "days" => {
+                let (app, n) = rest.rsplit_once('/').ok_or_else(bad)?;
+                let app = AppId::parse(app).map_err(|_| bad())?;
+                Ok(Self::Days(app, n.parse().map_err(|_| bad())?))
+            }
+            "late" => Ok(Self::Late(rest.parse().map_err(|_| bad())?)),
             _ => Err(bad()),
         }
     }
+}
+
+/// An app whose event partitions the sweep reads: every app that ever had
+/// an endpoint (only those have events with a listed fan-out), registered
+/// when its first endpoint was created, with its partitions' marks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweptApp {
+    pub app_id: AppId,
+    /// When its first endpoint was created: none of its listed events was
+    /// written before (one written long after its creation is in the
+    /// late-write index).
+    pub registered_at: DateTime<Utc>,
+    /// Its [`SweepSource::Days`] marks (none before its first sweep).
+    pub marks: SweepMarks,
+}
+
+/// One page of the apps the sweep reads, in app id order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweptAppsPage {
+    pub apps: Vec<SweptApp>,
+    /// Where the next page starts.
+    pub position: String,
+    /// No page follows.
+    pub done: bool,
 }
 
 /// Where a sweep source is checked up to.
@@ -222,8 +250,8 @@ pub struct OverduePage {
 pub enum Overdue {
     /// A pending delivery (of this app) due a while ago.
     Delivery(AppId, DeliveryId),
-    /// An event with fan-out left to materialise.
-    Event(EventId),
+    /// An event (of this app) with fan-out left to materialise.
+    Event(AppId, EventId),
     /// A running replay not advanced for a while.
     Replay(ReplayId),
 }
@@ -232,7 +260,7 @@ impl std::fmt::Display for Overdue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Delivery(_, id) => write!(f, "{id}"),
-            Self::Event(id) => write!(f, "{id}"),
+            Self::Event(_, id) => write!(f, "{id}"),
             Self::Replay(id) => write!(f, "{id}"),
         }
     }
@@ -311,7 +339,9 @@ pub trait Store: Send + Sync {
         app: &AppId,
         id: &EndpointId,
     ) -> impl Future<Output = Result<Option<Endpoint>>> + Send;
-    /// Creates an endpoint; never overwrites one (its id is new).
+    /// Creates an endpoint; never overwrites one (its id is new). Its app
+    /// is registered for the reconciler's sweep first ([`SweptApp`]), at
+    /// the endpoint's creation time if it is not yet.
     fn put_endpoint(&self, endpoint: &Endpoint) -> impl Future<Output = Result<()>> + Send;
 
     /// One type of the event-type catalog.
@@ -407,15 +437,25 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send;
     /// Event + inline deliveries + idempotency record, in one transaction.
     fn commit_event(&self, new: &NewEvent) -> impl Future<Output = Result<CommitOutcome>> + Send;
-    fn get_event(&self, id: &EventId) -> impl Future<Output = Result<Option<StoredEvent>>> + Send;
-    /// The events of `ids` that exist, in any order (consistent reads,
-    /// batched): the bodies dispatch puts in queue messages.
-    fn get_events(&self, ids: &[EventId]) -> impl Future<Output = Result<Vec<StoredEvent>>> + Send;
+    /// An event of `app` (consistent read).
+    fn get_event(
+        &self,
+        app: &AppId,
+        id: &EventId,
+    ) -> impl Future<Output = Result<Option<StoredEvent>>> + Send;
+    /// The events of `ids` (app, event) that exist, in any order
+    /// (consistent reads, batched): the bodies dispatch puts in queue
+    /// messages.
+    fn get_events(
+        &self,
+        ids: &[(AppId, EventId)],
+    ) -> impl Future<Output = Result<Vec<StoredEvent>>> + Send;
     /// Writes `deliveries` and sets the event's remaining fan-out to
     /// `remaining`, in one transaction, if the event is still at `version`.
     /// `Ok(false)`: the version moved on (another run did it); nothing written.
     fn materialise_fanout(
         &self,
+        app: &AppId,
         event_id: &EventId,
         version: u32,
         deliveries: &[Delivery],
@@ -497,6 +537,7 @@ pub trait Store: Send + Sync {
     /// the event's retention must not outlive it.
     fn extend_event_retention(
         &self,
+        app: &AppId,
         id: &EventId,
         restarted_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
@@ -515,14 +556,25 @@ pub trait Store: Send + Sync {
         position: &str,
     ) -> impl Future<Output = Result<OverduePage>> + Send;
 
-    /// Every source the sweep reads (see [`SweepSource`]).
-    fn sweep_sources(&self) -> Vec<SweepSource>;
+    /// Shards of each app's event partitions ([`SweepSource::Days`]).
+    fn event_shards(&self) -> u32;
+    /// Shards of the late-write index ([`SweepSource::Late`]).
+    fn late_shards(&self) -> u32;
+    /// One page of the apps the sweep reads, after `position` (`""`: from
+    /// the first), with their marks.
+    fn swept_apps(&self, position: &str) -> impl Future<Output = Result<SweptAppsPage>> + Send;
+    /// Records that every event of `app` up to each of `marks` is checked.
+    fn save_app_sweep_marks(
+        &self,
+        app: &AppId,
+        marks: &SweepMarks,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// One page of `source`: events with a listed fan-out after
     /// `position` (`""`, or a position older than `floor`: from `floor`)
     /// and before `cutoff`, heads only, read by time (never a scan).
     fn sweep_page(
         &self,
-        source: SweepSource,
+        source: &SweepSource,
         position: &str,
         floor: DateTime<Utc>,
         cutoff: DateTime<Utc>,
@@ -536,9 +588,10 @@ pub trait Store: Send + Sync {
         event: &EventHead,
         written_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
-    /// The committed marks (none before the first sweep).
+    /// The committed marks of the late-write index (none before the first
+    /// sweep).
     fn sweep_marks(&self) -> impl Future<Output = Result<SweepMarks>> + Send;
-    /// Records that every event up to each mark is checked.
+    /// Records that every late-written event up to each mark is checked.
     fn save_sweep_marks(&self, marks: &SweepMarks) -> impl Future<Output = Result<()>> + Send;
     /// The ids of those among `deliveries` (app, id) that have a delivery
     /// item (eventually consistent reads, batched).

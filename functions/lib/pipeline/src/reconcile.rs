@@ -55,16 +55,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::dispatch::{materialise_fanout, message_for};
 use crate::messages::INLINE_BODY_MAX;
-use crate::ports::{EventHead, Overdue, Queue, Store, SweepMark, SweepMarks, SweepSource};
+use crate::ports::{
+    EventHead, Overdue, Queue, Store, SweepMark, SweepMarks, SweepSource, SweptApp,
+};
 use crate::replay::{continue_replay, Continued};
 use crate::{PipelineError, Settings};
 
-/// Sweep sources read at once. Each request in flight holds its own
-/// connection (on AWS a TLS handshake each, on a fraction of a vCPU), so a
-/// few at a time; each reads about 1,000 events of 1 KB per page (DynamoDB's
-/// 1 MB per query page), some 10,000 events a second per source on AWS, far
-/// above the 8,000 events a second the day partitions take (SCALE.md).
+/// Late-write index shards read at once. Each request in flight holds its
+/// own connection (on AWS a TLS handshake each, on a fraction of a vCPU),
+/// so a few at a time; each reads about 1,000 events of 1 KB per page
+/// (DynamoDB's 1 MB per query page), some 10,000 events a second per
+/// source on AWS (SCALE.md).
 pub const SWEEP_SOURCES_AT_ONCE: usize = 4;
+/// Apps swept at once, each with all its event shards at once: 64 queries
+/// in flight. A quiet app costs one empty page per shard (~10 ms), so
+/// 10,000 apps are swept in some 15 s; a busy one reads its 8 shards at
+/// some 80,000 events a second, above the 8,000 a second its partitions
+/// take (SCALE.md).
+pub const APPS_AT_ONCE: usize = 8;
 /// Overdue-index shards read at once (same reason).
 pub const OVERDUE_SHARDS_AT_ONCE: usize = 4;
 /// Entries of one overdue page handled at once: each is 3-4 requests in a
@@ -180,7 +188,17 @@ pub async fn reconcile<S: Store, Q: Queue>(
     // Independent: a failing or slow part never holds the other back.
     let (overdue, sweep) = futures::join!(
         reconcile_overdue(store, queue, cutoff, now, deadline),
-        sweep_listed(store, queue, floor, cutoff, now, deadline),
+        sweep_listed(
+            store,
+            queue,
+            Window {
+                floor,
+                cutoff,
+                now,
+                deadline
+            },
+            after
+        ),
     );
     let mut report = ReconcileReport {
         complete: true,
@@ -331,8 +349,8 @@ async fn handle_overdue<S: Store, Q: Queue>(
             ),
             None => Ok(Handled::Skipped),
         },
-        Overdue::Event(id) => {
-            let written = materialise_fanout(store, id, now).await?;
+        Overdue::Event(app, id) => {
+            let written = materialise_fanout(store, app, id, now).await?;
             tracing::warn!(event_id = %id, deliveries = written, "overdue fan-out materialised by the reconciler");
             Ok(Handled::Fanout)
         }
@@ -346,46 +364,170 @@ async fn handle_overdue<S: Store, Q: Queue>(
     }
 }
 
-/// Every sweep source, a few at a time, each from its mark to the cutoff.
-async fn sweep_listed<S: Store, Q: Queue>(
-    store: &S,
-    queue: &Q,
+/// The bounds of one run's sweep.
+#[derive(Clone, Copy)]
+struct Window {
+    /// Retention's end (plus [`RETENTION_MARGIN`]): nothing older is read
+    /// or re-sent.
     floor: DateTime<Utc>,
     cutoff: DateTime<Utc>,
     now: DateTime<Utc>,
     deadline: tokio::time::Instant,
+}
+
+/// Where a set of sweep marks is kept.
+#[derive(Clone, Copy)]
+enum MarksHome<'a> {
+    /// The late-write index's marks (one item).
+    LateIndex,
+    /// An app's partitions' marks (on its registration).
+    App(&'a AppId),
+}
+
+impl MarksHome<'_> {
+    async fn save<S: Store>(self, store: &S, marks: &SweepMarks) -> Result<(), PipelineError> {
+        match self {
+            Self::LateIndex => store.save_sweep_marks(marks).await,
+            Self::App(app) => store.save_app_sweep_marks(app, marks).await,
+        }
+    }
+}
+
+/// The late-write index and every app's event partitions, independently.
+async fn sweep_listed<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    window: Window,
+    after: chrono::Duration,
 ) -> Vec<Part> {
+    let (late, apps) = futures::join!(
+        sweep_late_index(store, queue, window),
+        sweep_apps(store, queue, window, after),
+    );
+    late.into_iter().chain(apps).collect()
+}
+
+/// A part that could not start: it counts as read up to the floor (the
+/// lag alarm fires) and fails the run.
+fn failed_start(window: Window, what: &str, err: PipelineError) -> Vec<Part> {
+    tracing::error!(error = %hookline_core::error::Chain(&err), "{what} failed");
+    let mut part = Part {
+        reached: Some(window.floor),
+        ..Part::default()
+    };
+    part.failed(err);
+    vec![part]
+}
+
+async fn sweep_late_index<S: Store, Q: Queue>(store: &S, queue: &Q, window: Window) -> Vec<Part> {
     let committed = match store.sweep_marks().await {
         Ok(marks) => marks,
-        Err(err) => {
-            tracing::error!(error = %hookline_core::error::Chain(&err), "reading the sweep marks failed");
-            let mut part = Part {
-                reached: Some(floor),
-                ..Part::default()
-            };
-            part.failed(err);
-            return vec![part];
-        }
+        Err(err) => return failed_start(window, "reading the sweep marks", err),
     };
+    let sources = (0..store.late_shards()).map(SweepSource::Late).collect();
+    sweep_sources(
+        store,
+        queue,
+        MarksHome::LateIndex,
+        sources,
+        committed,
+        window.floor,
+        window,
+        SWEEP_SOURCES_AT_ONCE,
+    )
+    .await
+}
+
+/// Every registered app's partitions, the apps furthest behind first,
+/// [`APPS_AT_ONCE`] at a time. The registry is read whole (one small item
+/// per app that ever had an endpoint: a page holds some 5,000).
+async fn sweep_apps<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    window: Window,
+    after: chrono::Duration,
+) -> Vec<Part> {
+    let mut apps = Vec::new();
+    let mut position = String::new();
+    loop {
+        match store.swept_apps(&position).await {
+            Ok(page) => {
+                apps.extend(page.apps);
+                if page.done {
+                    break;
+                }
+                position = page.position;
+            }
+            Err(err) => return failed_start(window, "reading the swept apps", err),
+        }
+    }
+    // No listed event of an app was written before its registration
+    // (written long after its creation, it is in the late-write index).
+    let start_of = |app: &SweptApp| (app.registered_at - after).max(window.floor);
+    apps.sort_by_key(|app| {
+        app.marks
+            .values()
+            .map(|m| m.reached)
+            .min()
+            .unwrap_or_else(|| start_of(app))
+    });
+    let shards = store.event_shards();
+    futures::stream::iter(apps)
+        .map(|app| async move {
+            let start = start_of(&app);
+            let sources = (0..shards)
+                .map(|n| SweepSource::Days(app.app_id.clone(), n))
+                .collect();
+            sweep_sources(
+                store,
+                queue,
+                MarksHome::App(&app.app_id),
+                sources,
+                app.marks.clone(),
+                start,
+                window,
+                shards as usize,
+            )
+            .await
+        })
+        .buffer_unordered(APPS_AT_ONCE)
+        .flat_map(futures::stream::iter)
+        .collect()
+        .await
+}
+
+/// `sources` sharing the marks kept at `home`, `at_once` at a time, each
+/// from its committed mark (from `start` when it has none) to the cutoff;
+/// the marks are saved during the run and at its end.
+#[allow(clippy::too_many_arguments)]
+async fn sweep_sources<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    home: MarksHome<'_>,
+    sources: Vec<SweepSource>,
+    committed: SweepMarks,
+    start: DateTime<Utc>,
+    window: Window,
+    at_once: usize,
+) -> Vec<Part> {
     let marks = Mutex::new(committed.clone());
     let saved = Mutex::new(tokio::time::Instant::now());
-    let parts: Vec<Part> = futures::stream::iter(store.sweep_sources())
+    let mut parts: Vec<Part> = futures::stream::iter(sources)
         .map(|source| {
-            let start = committed.get(&source).cloned().unwrap_or(SweepMark {
+            let mark = committed.get(&source).cloned().unwrap_or(SweepMark {
                 position: String::new(),
-                reached: floor,
+                reached: start,
             });
             sweep_source(
-                store, queue, source, start, floor, cutoff, now, deadline, &marks, &saved,
+                store, queue, home, source, mark, start, window, &marks, &saved,
             )
         })
-        .buffer_unordered(SWEEP_SOURCES_AT_ONCE)
+        .buffer_unordered(at_once)
         .collect()
         .await;
     let last = lock(&marks).clone();
-    let mut parts = parts;
     if last != committed {
-        if let Err(err) = store.save_sweep_marks(&last).await {
+        if let Err(err) = home.save(store, &last).await {
             tracing::error!(error = %hookline_core::error::Chain(&err), "saving the sweep marks failed");
             let mut part = Part {
                 done: true,
@@ -403,26 +545,29 @@ async fn sweep_listed<S: Store, Q: Queue>(
 async fn sweep_source<S: Store, Q: Queue>(
     store: &S,
     queue: &Q,
+    home: MarksHome<'_>,
     source: SweepSource,
-    start: SweepMark,
-    floor: DateTime<Utc>,
-    cutoff: DateTime<Utc>,
-    now: DateTime<Utc>,
-    deadline: tokio::time::Instant,
+    mark: SweepMark,
+    start: DateTime<Utc>,
+    window: Window,
     marks: &Mutex<SweepMarks>,
     saved: &Mutex<tokio::time::Instant>,
 ) -> Part {
-    // A mark older than the floor: nothing before the floor is read.
+    // A mark older than the start: nothing before it is read.
+    let read_from = start.max(window.floor);
     let mut part = Part {
-        reached: Some(start.reached.max(floor)),
+        reached: Some(mark.reached.max(read_from)),
         ..Part::default()
     };
-    let mut position = start.position;
+    let mut position = mark.position;
     loop {
-        if tokio::time::Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= window.deadline {
             return part;
         }
-        let page = match store.sweep_page(source, &position, floor, cutoff).await {
+        let page = match store
+            .sweep_page(&source, &position, read_from, window.cutoff)
+            .await
+        {
             Ok(page) => page,
             Err(err) => {
                 tracing::error!(error = %hookline_core::error::Chain(&err), "reading a sweep page failed");
@@ -434,8 +579,15 @@ async fn sweep_source<S: Store, Q: Queue>(
             tracing::error!(key = %key, "an unreadable event item stepped over by the sweep");
         }
         part.report.poison += u32::try_from(page.unreadable.len()).unwrap_or(u32::MAX);
-        if let Err(err) =
-            check_listed(store, queue, &page.events, floor, now, &mut part.report).await
+        if let Err(err) = check_listed(
+            store,
+            queue,
+            &page.events,
+            window.floor,
+            window.now,
+            &mut part.report,
+        )
+        .await
         {
             // The mark stays before this page: the next run checks it again.
             tracing::error!(error = %hookline_core::error::Chain(&err), "checking a sweep page failed");
@@ -447,7 +599,7 @@ async fn sweep_source<S: Store, Q: Queue>(
         let snapshot = {
             let mut marks = lock(marks);
             marks.insert(
-                source,
+                source.clone(),
                 SweepMark {
                     position: position.clone(),
                     reached: page.reached,
@@ -462,7 +614,7 @@ async fn sweep_source<S: Store, Q: Queue>(
         if let Some(snapshot) = snapshot {
             // Progress kept if the run is cut short; a failure here is
             // only progress lost (the run's last save tries again).
-            if let Err(err) = store.save_sweep_marks(&snapshot).await {
+            if let Err(err) = home.save(store, &snapshot).await {
                 tracing::warn!(error = %hookline_core::error::Chain(&err), "saving the sweep marks during the run failed");
             }
         }
@@ -544,7 +696,7 @@ async fn requeue_listed<S: Store, Q: Queue>(
     missing: &[usize],
     now: DateTime<Utc>,
 ) -> Result<u32, PipelineError> {
-    let Some(stored) = store.get_event(&head.id).await? else {
+    let Some(stored) = store.get_event(&head.app_id, &head.id).await? else {
         return Err(PipelineError::Corrupt(format!(
             "event {} listed by the sweep is gone",
             head.id
@@ -559,7 +711,7 @@ async fn requeue_listed<S: Store, Q: Queue>(
         delivery.requeue(now)?;
         debug_assert_eq!(expected, 0, "a listed delivery starts at version 0");
         store
-            .extend_event_retention(&delivery.event_id, now)
+            .extend_event_retention(&delivery.app_id, &delivery.event_id, now)
             .await?;
         if !store.create_delivery(&delivery).await? {
             // Its first attempt wrote it meanwhile.
@@ -605,7 +757,7 @@ async fn requeue_if_overdue<S: Store, Q: Queue>(
     delivery.requeue(now)?;
     // Rare path: make sure the event outlives this late attempt too.
     store
-        .extend_event_retention(&delivery.event_id, now)
+        .extend_event_retention(&delivery.app_id, &delivery.event_id, now)
         .await?;
     if !store.update_delivery(&delivery, expected).await? {
         return Ok(false);
@@ -789,6 +941,10 @@ mod tests {
                 &mut <rand::rngs::StdRng as rand::SeedableRng>::from_entropy(),
             )
         };
+        store.register_app(
+            &AppId::parse("acme").unwrap(),
+            now - chrono::Duration::hours(1),
+        );
         let (old, accepted) = plan(now - chrono::Duration::hours(1));
         let (recent, _) = plan(now - chrono::Duration::minutes(5));
         for new in [&old, &recent] {
@@ -879,6 +1035,7 @@ mod tests {
         let payload =
             RawValue::from_string(format!("{{\"pad\":\"{}\"}}", "x".repeat(body_bytes))).unwrap();
         let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
+        store.register_app(&AppId::parse("acme").unwrap(), from);
         let mut out = Vec::new();
         for i in 0..events {
             let (new, _) = crate::ingest::plan_event(
@@ -920,7 +1077,8 @@ mod tests {
         );
         assert_eq!(report.sweep_lag_seconds, 15 * 60, "caught up to the cutoff");
         let marks = store.committed_sweep_marks();
-        assert_eq!(marks.len(), store.sweep_sources().len());
+        // One app's shards and the late-write index.
+        assert_eq!(marks.len(), crate::fakes::MEMORY_SHARDS as usize + 1);
         let again = run_at(&store, &queue, now + chrono::Duration::minutes(5)).await;
         assert_eq!((again.swept, again.listed_requeued), (0, 0));
         crate::fakes::record_figure(
@@ -944,8 +1102,9 @@ mod tests {
             .unwrap();
         assert!(!first.complete);
         assert!(first.listed_requeued > 0 && first.listed_requeued < 16_000);
+        // The window runs from 8 h to 3.6 h ago.
         assert!(
-            first.sweep_lag_seconds > 7 * 3600,
+            first.sweep_lag_seconds > 4 * 3600,
             "the oldest unswept event's age: {}",
             first.sweep_lag_seconds
         );

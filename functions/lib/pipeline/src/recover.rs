@@ -59,7 +59,7 @@ async fn restart<S: Store>(
     }
     // The event first: a restarted delivery must not outlive its body.
     store
-        .extend_event_retention(&delivery.event_id, now)
+        .extend_event_retention(&delivery.app_id, &delivery.event_id, now)
         .await?;
     if store.update_delivery(&delivery, expected).await? {
         tracing::info!(

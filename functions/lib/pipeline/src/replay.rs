@@ -161,7 +161,9 @@ pub async fn advance<S: Store>(
             now,
         );
         // The event first: the delivery must not outlive its body.
-        store.extend_event_retention(&event.id, now).await?;
+        store
+            .extend_event_retention(&event.app_id, &event.id, now)
+            .await?;
         if store.create_delivery(&delivery).await? {
             replay.replayed += 1;
             tracing::debug!(event_id = %event.id, delivery_id = %delivery.id, "replayed");
