@@ -334,10 +334,19 @@ impl MemoryStore {
     /// Returns how many events were removed.
     pub fn expire_finished_before(&self, before: DateTime<Utc>) -> usize {
         let mut s = lock(&self.state);
+        // A delivery item of any kind (a replay's, a materialised fan-out's)
+        // keeps its event while it is pending (its retention is extended).
+        let busy: std::collections::HashSet<EventId> = s
+            .deliveries
+            .values()
+            .filter(|d| d.status == DeliveryStatus::Pending)
+            .map(|d| d.event_id.clone())
+            .collect();
         let old: Vec<EventId> = s
             .events
             .values()
             .filter(|e| e.event.created_at < before && e.fanout_remaining.is_empty())
+            .filter(|e| !busy.contains(&e.event.id))
             .filter(|e| {
                 e.listed_deliveries().iter().all(|d| {
                     s.deliveries
