@@ -345,3 +345,76 @@ async fn a_replay_reads_only_its_own_apps_events() {
         ),
     );
 }
+
+/// Window (e) on moto: while deliver's record says due messages are
+/// received ten minutes late, a first attempt with no message seen yet is
+/// left alone (it may be waiting in the backlog: no
+/// copy queued, and the sweep's marks do not move back); once the record
+/// is stale, the next run recovers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_backlog_is_not_copied_while_deliver_records_it() {
+    use hookline_pipeline::ports::QueueLag;
+    let stack = Stack::start(&SCALE_ENV).await;
+    let receiver = hookline_tests::receiver::Receiver::healthy().await;
+    let (endpoint, _) = stack.create_endpoint("shop", &receiver.url, &[]).await;
+    let routes = vec![hookline_core::model::EndpointRoute {
+        id: EndpointId::parse(&endpoint).unwrap(),
+        event_types: vec![],
+        disabled: false,
+    }];
+    // Committed without dispatch: its first message was never seen.
+    let (new, accepted) = plan_event(
+        AppId::parse("shop").unwrap(),
+        EventType::parse("order.paid").unwrap(),
+        &RawValue::from_string(r#"{"n":1}"#.into()).unwrap(),
+        &routes,
+        chrono::Utc::now(),
+        &mut StdRng::seed_from_u64(11),
+    );
+    stack.store.commit_event(&new).await.unwrap();
+    // A first run: too young to be overdue; the marks reach its cutoff.
+    let now = chrono::Utc::now();
+    let report = stack.reconcile_at(now).await.unwrap();
+    assert_eq!((report.listed_requeued, report.errors), (0, 0));
+    // A minute on, deliver records a backlog: the cutoff moves back past
+    // the marks, which stay (and no query asks for a reversed range).
+    let observed = now + chrono::Duration::minutes(1);
+    stack
+        .store
+        .record_queue_lag(&QueueLag {
+            observed_at: observed,
+            lag: Duration::from_secs(600),
+        })
+        .await
+        .unwrap();
+    let report = stack.reconcile_at(observed).await.unwrap();
+    assert_eq!(
+        (
+            report.listed_requeued,
+            report.queue_lag_seconds,
+            report.errors
+        ),
+        (0, 600, 0),
+        "{report:?}"
+    );
+    // Six minutes later the record is stale: the backlog drained.
+    let later = observed + chrono::Duration::minutes(6);
+    let report = stack.reconcile_at(later).await.unwrap();
+    assert_eq!(
+        (report.listed_requeued, report.queue_lag_seconds),
+        (1, 0),
+        "{report:?}"
+    );
+    let app = AppId::parse("shop").unwrap();
+    let delivery = stack
+        .store
+        .get_delivery_item(&app, &accepted.delivery_ids[0])
+        .await
+        .unwrap()
+        .expect("written by the sweep");
+    assert_eq!(delivery.version, 1);
+    record_figures(
+        "scale",
+        "window (e) on moto: a first attempt with no message seen, while deliver records a 10-minute backlog: not copied; recovered once the record is stale",
+    );
+}

@@ -475,7 +475,7 @@ pub async fn run(config: &Config) -> Figures {
                 }
             }
         }
-        deliverer.flush_stats().await;
+        deliverer.flush_gathered().await;
 
         // The reconciler, and TTL.
         if second > 0 && second % config.interval_secs == 0 {

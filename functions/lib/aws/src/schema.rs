@@ -14,6 +14,7 @@
 //! | event-type catalog entry | `CATALOG` | `ET#{name}` | | |
 //! | the table's storage format | `FORMAT` | `FORMAT` | | |
 //! | the reconciler's late-index marks | `RECONCILER` | `SWEEP` | | |
+//! | how late deliver receives due messages | `QUEUE` | `LAG` | | |
 //!
 //! An event lists its fan-out (`targets`, up to `FANOUT_LIST_MAX` endpoints):
 //! its deliveries have no item until their first attempt's outcome writes one
@@ -76,7 +77,7 @@ use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, Repla
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
 use hookline_pipeline::dispatch::StreamChange;
 use hookline_pipeline::ports::{
-    IdempotencyRecord, StoredEvent, SweepMark, SweepMarks, SweepSource, SweptApp,
+    IdempotencyRecord, QueueLag, StoredEvent, SweepMark, SweepMarks, SweepSource, SweptApp,
 };
 use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
@@ -346,6 +347,39 @@ pub fn parse_event_time_sk(sk: &str) -> Option<(&str, EventId)> {
 /// The reconciler's sweep mark item.
 pub const SWEEP_MARK_PK: &str = "RECONCILER";
 pub const SWEEP_MARK_SK: &str = "SWEEP";
+
+/// The queue lag item: `observed_at`, `lag_ms`.
+pub const QUEUE_LAG_PK: &str = "QUEUE";
+pub const QUEUE_LAG_SK: &str = "LAG";
+
+pub fn queue_lag_item(lag: &QueueLag) -> Item {
+    use serde_dynamo::AttributeValue as Value;
+    let ms = u64::try_from(lag.lag.as_millis()).unwrap_or(u64::MAX);
+    std::collections::HashMap::from([
+        (PK.to_owned(), Value::S(QUEUE_LAG_PK.to_owned())),
+        (SK.to_owned(), Value::S(QUEUE_LAG_SK.to_owned())),
+        ("kind".to_owned(), Value::S("queue_lag".to_owned())),
+        (
+            "observed_at".to_owned(),
+            Value::S(lag.observed_at.to_rfc3339()),
+        ),
+        ("lag_ms".to_owned(), Value::N(ms.to_string())),
+    ])
+    .into()
+}
+
+pub fn queue_lag_from_item(item: Item) -> Result<QueueLag, PipelineError> {
+    #[derive(Deserialize)]
+    struct Row {
+        observed_at: DateTime<Utc>,
+        lag_ms: u64,
+    }
+    let row: Row = serde_dynamo::from_item(item).map_err(|e| corrupt("queue lag item", e))?;
+    Ok(QueueLag {
+        observed_at: row.observed_at,
+        lag: std::time::Duration::from_millis(row.lag_ms),
+    })
+}
 
 /// One sweep mark as stored: `{position, reached}`.
 fn mark_value(mark: &SweepMark) -> serde_dynamo::AttributeValue {
@@ -1144,6 +1178,11 @@ mod tests {
             .map(|n| (SweepSource::Late(n), mark(n)))
             .collect();
         assert_eq!(late_marks_from_item(late_marks_item(&late)).unwrap(), late);
+        let lag = QueueLag {
+            observed_at: at,
+            lag: Duration::from_millis(1_234_567),
+        };
+        assert_eq!(queue_lag_from_item(queue_lag_item(&lag)).unwrap(), lag);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Ev
 use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, EventHead, EventWindow,
-    IdempotencyRecord, NewEvent, Overdue, OverduePage, Result, Store, StoredEvent, SweepMarks,
-    SweepPage, SweepSource, SweptAppsPage,
+    IdempotencyRecord, NewEvent, Overdue, OverduePage, QueueLag, Result, Store, StoredEvent,
+    SweepMarks, SweepPage, SweepSource, SweptAppsPage,
 };
 use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
@@ -816,7 +816,9 @@ impl DynamoStore {
         };
         let mut page = SweepPage::default();
         if low.as_str() >= below.as_str() {
-            page.position = below.as_str().to_owned();
+            // Past the cutoff (a queue backlog moved it back): the mark
+            // stays where it is.
+            page.position = low;
             page.reached = cutoff;
             page.done = true;
             return Ok(page);
@@ -886,6 +888,16 @@ impl DynamoStore {
         } else {
             floor_key
         };
+        if low >= below {
+            // Past the cutoff (a queue backlog moved it back): the mark
+            // stays where it is.
+            return Ok(SweepPage {
+                position: low,
+                reached: cutoff,
+                done: true,
+                ..SweepPage::default()
+            });
+        }
         let answer = self
             .gsi3_page(sweep_pk_of_shard(shard), &low, &below, LATE_PAGE_LIMIT)
             .await?;
@@ -1996,6 +2008,22 @@ impl Store for DynamoStore {
         // event makes deliver fail the delivery visibly: "event not
         // found").
         condition_to_bool(result, "UpdateItem").map(|_| ())
+    }
+
+    async fn record_queue_lag(&self, lag: &QueueLag) -> Result<()> {
+        let item = schema::queue_lag_item(lag);
+        let _g = self.guard().await;
+        self.http
+            .put_item(&Put::new(&self.table, &item))
+            .await
+            .map_err(direct_error)
+    }
+
+    async fn queue_lag(&self) -> Result<Option<QueueLag>> {
+        self.get(QUEUE_LAG_PK.to_owned(), QUEUE_LAG_SK)
+            .await?
+            .map(schema::queue_lag_from_item)
+            .transpose()
     }
 
     fn overdue_shards(&self) -> u32 {

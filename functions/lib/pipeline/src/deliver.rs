@@ -26,7 +26,7 @@ use rand::{RngCore, SeedableRng};
 use crate::messages::{delay_seconds, DeliveryMessage};
 use crate::metrics::{self, Outcome};
 use crate::operational::{self, Operational};
-use crate::ports::{OutgoingRequest, Queue, Sender, Store};
+use crate::ports::{OutgoingRequest, Queue, QueueLag, Sender, Store};
 use crate::{PipelineError, Settings};
 use hookline_core::stats::StatsDelta;
 use hookline_core::sync::lock;
@@ -58,6 +58,9 @@ const LATE_RETAKES: usize = 3;
 /// A message is handled this much before `not_before` at the earliest (SQS
 /// delays are whole seconds, rounded up by dispatch).
 const EARLY_SLACK_MS: i64 = 500;
+/// A process reports how late it receives due messages at most this often
+/// (one small write; none while messages arrive on time).
+pub const QUEUE_LAG_REPORT_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
 
 /// How long a failure streak lasts at least once begun: a 2xx within it
 /// does not clear `failing_since` (see [`Deliverer::track_health`]). Each
@@ -83,6 +86,16 @@ pub struct Deliverer<S, Q, H> {
     /// Send slots of rate-limited endpoints, gathered per batch.
     pacer: crate::pacer::Pacer,
     clock: fn() -> DateTime<Utc>,
+    /// How late due messages were received since the last report.
+    lateness: Mutex<Lateness>,
+}
+
+/// The latest a due message was received past its due time since the
+/// last report, and when that was.
+#[derive(Debug, Default)]
+struct Lateness {
+    worst: chrono::TimeDelta,
+    reported_at: Option<DateTime<Utc>>,
 }
 
 impl<S, Q, H> std::fmt::Debug for Deliverer<S, Q, H> {
@@ -103,6 +116,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             rng: Mutex::new(StdRng::from_entropy()),
             pacer: crate::pacer::Pacer::default(),
             clock: Utc::now,
+            lateness: Mutex::new(Lateness::default()),
         }
     }
 
@@ -134,14 +148,62 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             })
             .collect();
         failed.sort_unstable();
-        self.flush_stats().await;
+        self.flush_gathered().await;
         failed
+    }
+
+    /// What a batch gathered: the endpoints' stats and the queue's lag.
+    pub async fn flush_gathered(&self) {
+        self.flush_stats().await;
+        self.report_queue_lag().await;
+    }
+
+    /// Records how late due messages are received, when that is half of
+    /// `WEBHOOKS_RECONCILE_AFTER` or more (a backlog the reconciler must
+    /// not copy: [`crate::reconcile`]), at most every
+    /// [`QUEUE_LAG_REPORT_EVERY`]. A failed write is logged: the figure is
+    /// advisory.
+    async fn report_queue_lag(&self) {
+        let now = (self.clock)();
+        let worst = {
+            let mut lateness = lock(&self.lateness);
+            if lateness
+                .reported_at
+                .is_some_and(|at| now - at < QUEUE_LAG_REPORT_EVERY)
+            {
+                return;
+            }
+            let worst = std::mem::take(&mut lateness.worst);
+            let Ok(worst) = worst.to_std() else {
+                return;
+            };
+            if worst < self.settings.reconcile_after / 2 {
+                return;
+            }
+            lateness.reported_at = Some(now);
+            worst
+        };
+        let lag = QueueLag {
+            observed_at: now,
+            lag: worst,
+        };
+        match self.store.record_queue_lag(&lag).await {
+            Ok(()) => {
+                tracing::warn!(
+                    lag_seconds = worst.as_secs(),
+                    "due messages are received late: the delivery queue has a backlog"
+                );
+            }
+            Err(err) => {
+                tracing::warn!(error = %hookline_core::error::Chain(&err), "the queue lag was not recorded");
+            }
+        }
     }
 
     /// Adds the stats gathered since the last flush to the store, one
     /// update per endpoint. Counters only: a failed write is logged and the
     /// batch's messages are unaffected.
-    pub async fn flush_stats(&self) {
+    async fn flush_stats(&self) {
         let gathered = std::mem::take(&mut *lock(&self.stats));
         let hour = hookline_core::stats::hour_of((self.clock)());
         for ((app, endpoint), delta) in gathered {
@@ -240,6 +302,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             }
             tracing::debug!(delivery_id = %message.delivery_id, delay_seconds = delay, "not due yet; re-queued");
             return Ok(DeliverOutcome::NotDue);
+        }
+        {
+            let mut lateness = lock(&self.lateness);
+            lateness.worst = lateness.worst.max(now - message.not_before);
         }
         // A listed delivery's first attempt: the message says all its event
         // would; only an item written meanwhile can say otherwise (an
@@ -745,6 +811,73 @@ mod tests {
         });
         store.insert_delivery(d.clone());
         d
+    }
+
+    /// The queue-lag test's clock: now, moved by `LAG_SHIFT_MS`.
+    static LAG_SHIFT_MS: AtomicI64 = AtomicI64::new(0);
+    fn lag_clock() -> DateTime<Utc> {
+        Utc::now() + chrono::TimeDelta::milliseconds(LAG_SHIFT_MS.load(Ordering::SeqCst))
+    }
+
+    /// Window (e)'s other half: deliver records how late it receives due
+    /// messages once that is half of `WEBHOOKS_RECONCILE_AFTER` (15 min)
+    /// or more, at most every 30 s per process; on time, nothing is written.
+    #[tokio::test]
+    async fn late_messages_record_the_queue_lag_at_most_every_30_s() {
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], ScriptedSender::status(200)),
+            Settings::for_tests(&[("WEBHOOKS_RECONCILE_AFTER", "15m")]).unwrap(),
+        )
+        .with_clock(lag_clock);
+        let now = Utc::now();
+        let ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("a").unwrap(),
+            "https://example.com/hook",
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            now,
+        );
+        deliverer.store.put_endpoint(&ep).await.unwrap();
+        let mut n = 0;
+        let mut late_by = |minutes: i64| {
+            n += 1;
+            let due = now - chrono::TimeDelta::minutes(minutes);
+            let d = seeded_delivery(&deliverer.store, &ep, n, due);
+            let (mut message, _) = message_for(&d, due).unwrap();
+            message.not_before = due;
+            serde_json::to_string(&message).unwrap()
+        };
+        let batch = [late_by(0), late_by(5)];
+        let bodies: Vec<&str> = batch.iter().map(String::as_str).collect();
+        assert!(deliverer.handle_batch(&bodies).await.is_empty());
+        assert_eq!(deliverer.store.queue_lag_writes(), 0, "on time enough");
+        let late = late_by(20);
+        assert!(deliverer.handle_batch(&[&late]).await.is_empty());
+        let lag = deliverer
+            .store
+            .queue_lag()
+            .await
+            .unwrap()
+            .expect("recorded");
+        assert!(
+            lag.lag >= Duration::from_secs(20 * 60) && lag.lag < Duration::from_secs(21 * 60),
+            "{lag:?}"
+        );
+        let later = late_by(25);
+        assert!(deliverer.handle_batch(&[&later]).await.is_empty());
+        assert_eq!(
+            deliverer.store.queue_lag_writes(),
+            1,
+            "not again within 30 s"
+        );
+        LAG_SHIFT_MS.store(31_000, Ordering::SeqCst);
+        let again = late_by(25);
+        assert!(deliverer.handle_batch(&[&again]).await.is_empty());
+        assert_eq!(deliverer.store.queue_lag_writes(), 2);
+        let lag = deliverer.store.queue_lag().await.unwrap().unwrap();
+        assert!(lag.lag >= Duration::from_secs(25 * 60), "{lag:?}");
     }
 
     /// A 410 judged from a cached copy of the endpoint older than its

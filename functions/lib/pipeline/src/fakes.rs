@@ -60,6 +60,9 @@ struct StoreState {
     sweep_marks: SweepMarks,
     /// Event items read by sweep pages and replay windows.
     event_items_read: u64,
+    /// The recorded queue lag and how many times it was written.
+    queue_lag: Option<QueueLag>,
+    queue_lag_writes: u32,
     /// The late-write index: (written time, event id), by time.
     late_index: std::collections::BTreeSet<(DateTime<Utc>, EventId)>,
     /// Events the sweep reads as unreadable items (poison).
@@ -187,7 +190,8 @@ impl MemoryStore {
             .unwrap_or(floor)
             .max(floor);
         let mut page = SweepPage {
-            position: cutoff.to_rfc3339(),
+            // Never back (a queue backlog may move the cutoff back).
+            position: after.max(cutoff).to_rfc3339(),
             reached: cutoff,
             done: true,
             ..SweepPage::default()
@@ -231,6 +235,11 @@ impl MemoryStore {
     /// endpoint does (for events committed without one).
     pub fn register_app(&self, app: &AppId, at: DateTime<Utc>) {
         lock(&self.state).register_app(app, at);
+    }
+
+    /// How many times the queue lag was recorded.
+    pub fn queue_lag_writes(&self) -> u32 {
+        lock(&self.state).queue_lag_writes
     }
 
     /// Event items read by sweep pages and replay windows so far.
@@ -731,6 +740,15 @@ impl Store for MemoryStore {
         lock(&self.state).retained.insert(id.clone(), restarted_at);
         Ok(())
     }
+    async fn record_queue_lag(&self, lag: &QueueLag) -> Result<()> {
+        let mut s = lock(&self.state);
+        s.queue_lag = Some(*lag);
+        s.queue_lag_writes += 1;
+        Ok(())
+    }
+    async fn queue_lag(&self) -> Result<Option<QueueLag>> {
+        Ok(lock(&self.state).queue_lag)
+    }
     fn overdue_shards(&self) -> u32 {
         MEMORY_SHARDS
     }
@@ -868,6 +886,14 @@ impl Store for MemoryStore {
             _ => floor_id,
         };
         let mut page = SweepPage::default();
+        if after >= below {
+            // Past the cutoff (a queue backlog moved it back): the mark
+            // stays where it is.
+            page.position = after.to_string();
+            page.reached = cutoff;
+            page.done = true;
+            return Ok(page);
+        }
         let mut read = 0;
         let mut last = None;
         for (_, _, id) in s.event_order.range((

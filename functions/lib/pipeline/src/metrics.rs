@@ -78,13 +78,16 @@ pub fn emit(
 /// Renders the EMF line of one reconciler run (pure, for tests): the
 /// sweep's lag and how far it is behind its cutoff (`reconcile_after`
 /// seconds behind now when caught up), the overdue entries found and the
-/// oldest one's age, and what was stepped over. The template's alarms read
+/// oldest one's age, what was stepped over, and the queue lag the cutoff
+/// allowed for. The template's alarms read
 /// `ReconcileSweepBehind` and `ReconcileOverdueOldest`.
 pub fn reconcile_emf_line(
     report: &crate::reconcile::ReconcileReport,
     reconcile_after_secs: i64,
 ) -> String {
-    let behind = (report.sweep_lag_seconds - reconcile_after_secs).max(0);
+    // Behind its cutoff, which a queue backlog moves back.
+    let behind =
+        (report.sweep_lag_seconds - reconcile_after_secs - report.queue_lag_seconds).max(0);
     format!(
         concat!(
             r#"{{"_aws":{{"Timestamp":{},"CloudWatchMetrics":[{{"Namespace":"{}","#,
@@ -94,10 +97,11 @@ pub fn reconcile_emf_line(
             r#"{{"Name":"ReconcileOverdueFound","Unit":"Count"}},"#,
             r#"{{"Name":"ReconcileOverdueOldest","Unit":"Seconds"}},"#,
             r#"{{"Name":"ReconcileRecovered","Unit":"Count"}},"#,
-            r#"{{"Name":"ReconcileSteppedOver","Unit":"Count"}}]}}]}},"#,
+            r#"{{"Name":"ReconcileSteppedOver","Unit":"Count"}},"#,
+            r#"{{"Name":"ReconcileQueueLag","Unit":"Seconds"}}]}}]}},"#,
             r#""Function":"reconcile","ReconcileSweepLag":{},"ReconcileSweepBehind":{},"#,
             r#""ReconcileOverdueFound":{},"ReconcileOverdueOldest":{},"ReconcileRecovered":{},"#,
-            r#""ReconcileSteppedOver":{},"complete":{}}}"#
+            r#""ReconcileSteppedOver":{},"ReconcileQueueLag":{},"complete":{}}}"#
         ),
         Utc::now().timestamp_millis(),
         NAMESPACE,
@@ -107,6 +111,7 @@ pub fn reconcile_emf_line(
         report.overdue_oldest_seconds,
         report.requeued + report.listed_requeued + report.fanouts + report.replays,
         report.poison + report.expired,
+        report.queue_lag_seconds,
         report.complete,
     )
 }
@@ -147,6 +152,7 @@ mod tests {
         assert_eq!(v["ReconcileOverdueOldest"], 1_200);
         assert_eq!(v["ReconcileRecovered"], 3);
         assert_eq!(v["ReconcileSteppedOver"], 1);
+        assert_eq!(v["ReconcileQueueLag"], 0);
         for m in v["_aws"]["CloudWatchMetrics"][0]["Metrics"]
             .as_array()
             .unwrap()

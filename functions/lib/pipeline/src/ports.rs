@@ -266,6 +266,17 @@ impl std::fmt::Display for Overdue {
     }
 }
 
+/// How late deliver receives due messages (the delivery queue's backlog
+/// as deliver last saw it): the reconciler leaves alone what may still be
+/// waiting in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLag {
+    pub observed_at: DateTime<Utc>,
+    /// The latest a due message was received, past its due time, over the
+    /// reporting process's last period.
+    pub lag: Duration,
+}
+
 /// One page of an app's events in a time window, from the event time
 /// indexes ([`Store::events_in_window`]).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -541,6 +552,12 @@ pub trait Store: Send + Sync {
         id: &EventId,
         restarted_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Records how late deliver receives due messages (one small item,
+    /// overwritten).
+    fn record_queue_lag(&self, lag: &QueueLag) -> impl Future<Output = Result<()>> + Send;
+    /// The last recorded queue lag (none recorded yet: `None`).
+    fn queue_lag(&self) -> impl Future<Output = Result<Option<QueueLag>>> + Send;
 
     /// Shards of the overdue index (read in parallel by the reconciler).
     fn overdue_shards(&self) -> u32;

@@ -89,6 +89,10 @@ pub const MARKS_SAVED_EVERY: Duration = Duration::from_secs(20);
 /// re-sent message would be a month-old duplicate receivers no longer
 /// recognise.
 pub const RETENTION_MARGIN: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// A recorded queue lag older than this is ignored: deliver records one
+/// every 30 s while its backlog lasts, so an older one means the backlog
+/// drained (or deliver stopped receiving, when a copy is what it needs).
+pub const QUEUE_LAG_FRESH: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -123,6 +127,9 @@ pub struct ReconcileReport {
     pub sweep_lag_seconds: i64,
     /// How long ago the oldest overdue entry read was due (0: none).
     pub overdue_oldest_seconds: i64,
+    /// How late deliver receives due messages (a fresh record; 0: none):
+    /// the cutoff is this much further back.
+    pub queue_lag_seconds: i64,
 }
 
 /// Compact JSON (a log field).
@@ -182,8 +189,12 @@ pub async fn reconcile<S: Store, Q: Queue>(
         .expect("WEBHOOKS_RECONCILE_AFTER is validated at init to a few minutes");
     let retention = chrono::Duration::from_std(settings.retention)
         .expect("WEBHOOKS_RETENTION is validated at init to days");
-    let cutoff = now - after;
     let floor = now - retention + RETENTION_MARGIN;
+    let queue_lag = fresh_queue_lag(store, now).await.min(retention);
+    // A message due before the cutoff and still waiting in a backlog is
+    // not lost: with deliver receiving due messages `queue_lag` late, the
+    // cutoff moves back as far (no copy of every waiting message).
+    let cutoff = now - after - queue_lag;
     let deadline = tokio::time::Instant::now() + budget;
     // Independent: a failing or slow part never holds the other back.
     let (overdue, sweep) = futures::join!(
@@ -217,6 +228,7 @@ pub async fn reconcile<S: Store, Q: Queue>(
         }
     }
     report.sweep_lag_seconds = (now - oldest_reached).num_seconds().max(0);
+    report.queue_lag_seconds = queue_lag.num_seconds();
     crate::metrics::emit_reconcile(settings.emf_metrics, &report, after.num_seconds());
     if !report.complete {
         tracing::warn!(
@@ -239,6 +251,21 @@ pub async fn reconcile<S: Store, Q: Queue>(
     match first_error {
         Some(err) => Err(err),
         None => Ok(report),
+    }
+}
+
+/// The queue lag deliver recorded, if fresh ([`QUEUE_LAG_FRESH`]); zero
+/// otherwise, or when it cannot be read (it is advisory).
+async fn fresh_queue_lag<S: Store>(store: &S, now: DateTime<Utc>) -> chrono::Duration {
+    match store.queue_lag().await {
+        Ok(Some(lag)) if now - lag.observed_at < QUEUE_LAG_FRESH => {
+            chrono::Duration::from_std(lag.lag).unwrap_or(chrono::Duration::MAX)
+        }
+        Ok(_) => chrono::Duration::zero(),
+        Err(err) => {
+            tracing::warn!(error = %hookline_core::error::Chain(&err), "reading the queue lag failed; the cutoff ignores it");
+            chrono::Duration::zero()
+        }
     }
 }
 
@@ -883,6 +910,68 @@ mod tests {
         crate::fakes::record_figure(
             "races",
             "reconciler vs a late original message (fakes): re-queue bumps the version, the original is stale; overdue only after WEBHOOKS_RECONCILE_AFTER; long backoffs untouched",
+        );
+    }
+
+    /// Window (e): a backlog older than `WEBHOOKS_RECONCILE_AFTER`. While
+    /// deliver reports receiving due messages 30 minutes late, a retry due
+    /// 20 minutes ago and a listed first attempt of 20 minutes ago may still
+    /// be waiting in the queue: no copy of either is queued. Once the
+    /// report is stale (the backlog drained), both are recovered.
+    #[tokio::test]
+    async fn a_queue_backlog_deliver_reports_is_not_copied() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        let then = now - chrono::Duration::minutes(20);
+        let old = event(then);
+        let mut waiting = Delivery::new(DeliveryId::generate(), &old, EndpointId::generate(), then);
+        waiting.next_attempt_at = Some(then);
+        store.insert_delivery(waiting.clone());
+        let listed = Event::new(
+            EventId::new_fanout_base(then, &mut rand::thread_rng()),
+            AppId::parse("acme").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &RawValue::from_string("{}".into()).unwrap(),
+            then,
+        );
+        store.insert_event(StoredEvent {
+            event: listed.clone(),
+            targets: vec![EndpointId::generate()],
+            fanout_remaining: vec![],
+            fanout_version: 0,
+        });
+        store
+            .record_queue_lag(&crate::ports::QueueLag {
+                observed_at: now - chrono::Duration::minutes(1),
+                lag: Duration::from_secs(30 * 60),
+            })
+            .await
+            .unwrap();
+        let report = run_at(&store, &queue, now).await;
+        assert_eq!(
+            (
+                report.requeued,
+                report.listed_requeued,
+                report.queue_lag_seconds
+            ),
+            (0, 0, 1800),
+            "{report}"
+        );
+        assert!(queue.sent().is_empty(), "no copy of a waiting message");
+        // Ten minutes on, deliver has not reported for nine: drained.
+        let later = run_at(&store, &queue, now + chrono::Duration::minutes(10)).await;
+        assert_eq!(
+            (
+                later.requeued,
+                later.listed_requeued,
+                later.queue_lag_seconds
+            ),
+            (1, 1, 0),
+            "{later}"
+        );
+        crate::fakes::record_figure(
+            "scale",
+            "window (e): a queue backlog 30 min old that deliver reports: the reconciler queues no copy of a retry or a first attempt waiting in it (was: a copy of every waiting message each run); recovered once the report is stale",
         );
     }
 
