@@ -758,7 +758,13 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     let (other_container, _) = new_container(&stack);
     let mut second = read.clone();
     second.id = EndpointId::generate();
-    other_container.put_endpoint(&second).await.unwrap();
+    other_container
+        .put_endpoint(
+            &second,
+            hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+        )
+        .await
+        .unwrap();
     let (lister, third) = new_container(&stack);
     let listed = lister.list_endpoints(&app).await.unwrap();
     assert_eq!(listed.len(), 2);
@@ -791,7 +797,13 @@ async fn endpoint_secrets_are_sealed_at_rest() {
     );
     let mut legacy = read.clone();
     legacy.id = EndpointId::generate();
-    plain_store.put_endpoint(&legacy).await.unwrap();
+    plain_store
+        .put_endpoint(
+            &legacy,
+            hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+        )
+        .await
+        .unwrap();
     let back = fresh.get_endpoint(&app, &legacy.id).await.unwrap().unwrap();
     assert_eq!(back.secret.expose(), new_secret);
     record_figures(

@@ -7,6 +7,7 @@ mod crash;
 mod endpoint_health;
 mod faults;
 mod guarantees;
+mod isolation;
 mod local_stack;
 mod operator;
 mod outbox;

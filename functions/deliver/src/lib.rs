@@ -70,9 +70,13 @@ mod tests {
             endpoint_id,
             now,
         );
-        hookline_pipeline::ports::Store::put_endpoint(&store, &endpoint)
-            .await
-            .unwrap();
+        hookline_pipeline::ports::Store::put_endpoint(
+            &store,
+            &endpoint,
+            hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+        )
+        .await
+        .unwrap();
         store.insert_event(StoredEvent {
             targets: vec![],
             event,

@@ -82,6 +82,7 @@ impl From<PipelineError> for ApiError {
                 format!("{what} not found"),
             ),
             PipelineError::Conflict(message) => Self::conflict("conflict", message),
+            PipelineError::Limit { code, message } => Self::conflict(code, message),
             err if err.is_retryable() => {
                 tracing::error!(error = %hookline_core::error::Chain(&err), "retryable backend error");
                 Self::new(

@@ -156,6 +156,52 @@ impl Tables {
         self.stream.push(item.clone());
     }
 
+    /// An `UpdateItem` made only of `SET name = :value` and `SET name =
+    /// if_not_exists(name, :value)` clauses (an app's registration and its
+    /// sweep marks), conditions not checked; `None` for any other (the
+    /// stateless answer: success, nothing kept).
+    fn update(&mut self, request: &Value) -> Option<Value> {
+        let expression = request["UpdateExpression"].as_str()?.strip_prefix("SET ")?;
+        let values = &request["ExpressionAttributeValues"];
+        let key = key_of(&request["Key"]);
+        let mut item = self
+            .items
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| request["Key"].clone());
+        let mut depth = 0;
+        let clauses = expression.split(|c| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            c == ',' && depth == 0
+        });
+        for clause in clauses {
+            let (name, value) = clause.split_once(" = ")?;
+            let (name, value) = (name.trim(), value.trim());
+            if name.starts_with('#') {
+                return None;
+            }
+            if let Some(inner) = value
+                .strip_prefix("if_not_exists(")
+                .and_then(|v| v.strip_suffix(')'))
+            {
+                let (_, given) = inner.split_once(',')?;
+                if item.get(name).is_none() {
+                    item[name] = values[given.trim()].clone();
+                }
+            } else if value.starts_with(':') {
+                item[name] = values[value].clone();
+            } else {
+                return None;
+            }
+        }
+        self.put(&item);
+        Some(json!({}))
+    }
+
     /// The stateful answer, or `None` to fall back to the stateless one.
     fn answer(&mut self, op: &str, request: &Value) -> Option<Value> {
         if self.frozen && !matches!(op, "GetItem" | "BatchGetItem" | "Query") {
@@ -197,6 +243,7 @@ impl Tables {
                 Some(json!({"Responses": responses, "UnprocessedKeys": {}}))
             }
             "Query" if request.get("IndexName").is_none() => Some(self.query(request)),
+            "UpdateItem" => self.update(request),
             "SendMessageBatch" => {
                 for entry in request["Entries"].as_array().into_iter().flatten() {
                     self.messages
@@ -230,6 +277,7 @@ const KEY_B64: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 fn answer(target: &str, request: &Value) -> Value {
     let op = target.rsplit('.').next().unwrap_or_default();
     match op {
+        "Query" if is_swept_apps_query(request) => swept_apps(chrono::Utc::now()),
         "Query" | "Scan" => json!({"Items": [], "Count": 0, "ScannedCount": 0}),
         "BatchGetItem" => json!({"Responses": {}, "UnprocessedKeys": {}}),
         "SendMessageBatch" => {
@@ -311,19 +359,40 @@ fn format_item() -> Value {
         "format": {"N": hookline_aws::schema::TABLE_FORMAT.to_string()}}})
 }
 
-/// The sweep mark of a deployed table whose reconciler ran a few minutes
-/// before `now` (every run but the very first finds one): its sweep of the
-/// events' day partitions goes on from there, as in steady state.
+/// Whether `request` reads the apps registered for the sweep.
+fn is_swept_apps_query(request: &Value) -> bool {
+    request["ExpressionAttributeValues"][":pk"]["S"] == hookline_aws::schema::SWEPT_APPS_PK
+}
+
+/// A sweep mark `{position, reached}` of `at`.
+fn mark_at(position: String, at: chrono::DateTime<chrono::Utc>) -> Value {
+    json!({"M": {"position": {"S": position}, "reached": {"S": at.to_rfc3339()}}})
+}
+
+/// The apps registered for the sweep in a deployed table: the fixtures'
+/// app, registered a day before `now`, its partitions swept up to a few
+/// minutes before (as every run but the very first finds them).
+fn swept_apps(now: chrono::DateTime<chrono::Utc>) -> Value {
+    let at = now - chrono::TimeDelta::minutes(20);
+    let position = hookline_core::ids::EventId::time_floor(at)
+        .as_str()
+        .to_owned();
+    let marks: serde_json::Map<String, Value> = (0..hookline_aws::schema::EVENT_SHARDS)
+        .map(|shard| (shard.to_string(), mark_at(position.clone(), at)))
+        .collect();
+    let item = json!({"PK": {"S": hookline_aws::schema::SWEPT_APPS_PK}, "SK": {"S": "demo"},
+        "kind": {"S": hookline_aws::schema::KIND_SWEPT_APP},
+        "registered_at": {"S": (now - chrono::TimeDelta::days(1)).to_rfc3339()},
+        "marks": {"M": marks}});
+    json!({"Items": [item], "Count": 1, "ScannedCount": 1})
+}
+
+/// The late-write index's marks of a deployed table whose reconciler ran
+/// a few minutes before `now` (every run but the very first finds them).
 fn sweep_mark(now: chrono::DateTime<chrono::Utc>) -> Value {
     let at = now - chrono::TimeDelta::minutes(20);
-    let mark = |position: String| json!({"M": {"position": {"S": position}, "reached": {"S": at.to_rfc3339()}}});
+    let mark = |position: String| mark_at(position, at);
     let mut marks = serde_json::Map::new();
-    for shard in 0..hookline_aws::schema::EVENT_SHARDS {
-        let position = hookline_core::ids::EventId::time_floor(at)
-            .as_str()
-            .to_owned();
-        marks.insert(format!("days/{shard}"), mark(position));
-    }
     for shard in 0..hookline_aws::schema::DUE_SHARDS {
         marks.insert(
             format!("late/{shard}"),
@@ -424,7 +493,10 @@ impl AwsStub {
             chrono::Utc::now(),
         );
         store
-            .put_endpoint(&endpoint)
+            .put_endpoint(
+                &endpoint,
+                hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+            )
             .await
             .map_err(|e| format!("seeding the stub's endpoint: {e}"))?;
         // The table's format item as an item too (a batch read finds it).
@@ -498,18 +570,29 @@ mod tests {
         assert_eq!(answer("DynamoDB_20120810.GetItem", &Value::Null), json!({}));
     }
 
-    /// The reconciler's mark reads as a deployed table's: its sweep of the
-    /// day partitions starts minutes back, not a retention back.
+    /// The reconciler's marks read as a deployed table's: its sweep of the
+    /// fixtures' app's day partitions and of the late-write index starts
+    /// minutes back, not a retention back.
     #[test]
-    fn the_sweep_mark_is_a_recent_one() {
+    fn the_sweep_marks_are_recent_ones() {
         let key = json!({"Key": {"PK": {"S": "RECONCILER"}, "SK": {"S": "SWEEP"}}});
-        let item = &answer("DynamoDB_20120810.GetItem", &key)["Item"];
-        let marks = item["marks"]["M"].as_object().unwrap();
-        assert_eq!(
-            marks.len(),
-            (hookline_aws::schema::EVENT_SHARDS + hookline_aws::schema::DUE_SHARDS) as usize
-        );
-        let days = &marks["days/0"]["M"];
+        let item = answer("DynamoDB_20120810.GetItem", &key)["Item"].clone();
+        let late = hookline_aws::schema::late_marks_from_item(
+            serde_json::from_value::<serde_dynamo::Item>(item.clone()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(late.len(), hookline_aws::schema::DUE_SHARDS as usize);
+        let query = json!({"KeyConditionExpression": "PK = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": hookline_aws::schema::SWEPT_APPS_PK}}});
+        let apps = answer("DynamoDB_20120810.Query", &query);
+        let app = hookline_aws::schema::swept_app_from_item(
+            serde_json::from_value::<serde_dynamo::Item>(apps["Items"][0].clone()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(app.app_id.as_str(), "demo");
+        assert_eq!(app.marks.len(), hookline_aws::schema::EVENT_SHARDS as usize);
+        let apps_marks = apps["Items"][0]["marks"]["M"].as_object().unwrap();
+        let days = &apps_marks["0"]["M"];
         let at = hookline_core::ids::EventId::parse(days["position"]["S"].as_str().unwrap())
             .unwrap()
             .created_at();

@@ -98,7 +98,10 @@ async fn one_batch(url: &str, concurrency: usize, batch: usize) -> Result<BatchR
         now,
     );
     store
-        .put_endpoint(&endpoint)
+        .put_endpoint(
+            &endpoint,
+            hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+        )
         .await
         .map_err(|e| e.to_string())?;
     let payload = serde_json::value::to_raw_value(&serde_json::json!({"order": {"id": "ord_123", "total": 1999, "items": [1, 2, 3]}, "pad": "x".repeat(800)}))

@@ -32,6 +32,8 @@ pub struct EventSource {
 #[derive(Debug, Clone)]
 pub struct Template {
     resources: BTreeMap<String, Yaml>,
+    /// The whole document (parameters, globals).
+    doc: Yaml,
 }
 
 /// Strips CloudFormation tags (`!GetAtt X.Arn` -> its value) for reading.
@@ -85,7 +87,7 @@ impl Template {
             .iter()
             .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.clone())))
             .collect();
-        Ok(Self { resources })
+        Ok(Self { resources, doc })
     }
 
     fn of_type<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = (&'a String, &'a Yaml)> + 'a {
@@ -217,6 +219,53 @@ pub fn matches_pattern(pattern: &Value, record: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Throttled at the door: every route of the HTTP API takes the
+    /// template's rate and burst parameters, and the API function reserves
+    /// (and is capped at) `IngestReservedConcurrency` unless it is 0.
+    #[test]
+    fn the_api_is_throttled_and_the_api_function_capped() {
+        let t = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"))
+            .unwrap();
+        let route = &t.doc["Globals"]["HttpApi"]["DefaultRouteSettings"];
+        let reference = |v: &Yaml| match v {
+            Yaml::Tagged(tagged) if tagged.tag == "!Ref" => text(&tagged.value),
+            _ => None,
+        };
+        assert_eq!(
+            reference(&route["ThrottlingRateLimit"]).as_deref(),
+            Some("ApiThrottlingRateLimit")
+        );
+        assert_eq!(
+            reference(&route["ThrottlingBurstLimit"]).as_deref(),
+            Some("ApiThrottlingBurstLimit")
+        );
+        for parameter in [
+            "ApiThrottlingRateLimit",
+            "ApiThrottlingBurstLimit",
+            "IngestReservedConcurrency",
+        ] {
+            let p = &t.doc["Parameters"][parameter];
+            assert_eq!(text(&p["Type"]).as_deref(), Some("Number"), "{parameter}");
+        }
+        // The implicit API is the one every HttpApi event of the template
+        // joins (none names another).
+        for (name, resource) in &t.resources {
+            for event in resource["Properties"]["Events"]
+                .as_mapping()
+                .into_iter()
+                .flat_map(|m| m.values())
+            {
+                if text(&event["Type"]).as_deref() == Some("HttpApi") {
+                    assert!(event["Properties"].get("ApiId").is_none(), "{name}");
+                }
+            }
+        }
+        let reserved = untag(&t.resources["IngestFunction"]["Properties"]["ReservedConcurrentExecutions"]);
+        let branches = reserved.as_sequence().expect("an !If");
+        assert_eq!(text(&branches[0]).as_deref(), Some("WithIngestReservedConcurrency"));
+        assert_eq!(reference(&branches[1]).as_deref(), Some("IngestReservedConcurrency"));
+    }
 
     /// Only the pipeline's roles may send to the delivery queue: its policy
     /// denies `sqs:SendMessage` to every principal but the roles of exactly

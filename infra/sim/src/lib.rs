@@ -328,7 +328,10 @@ pub async fn run(config: &Config) -> Figures {
     };
     for app in &apps {
         store
-            .put_endpoint(&endpoint_of(app, start))
+            .put_endpoint(
+                &endpoint_of(app, start),
+                hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+            )
             .await
             .expect("the in-memory store takes the endpoint");
     }
@@ -528,7 +531,10 @@ async fn replay_to_a_new_endpoint(
 ) {
     let endpoint = endpoint_of(app, now);
     store
-        .put_endpoint(&endpoint)
+        .put_endpoint(
+            &endpoint,
+            hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+        )
         .await
         .expect("the in-memory store takes the endpoint");
     let theirs: Vec<_> = store
@@ -550,6 +556,7 @@ async fn replay_to_a_new_endpoint(
         &request,
         || now,
         Duration::from_secs(5),
+        Duration::from_secs(30 * 86_400),
         &mut rng,
     )
     .await

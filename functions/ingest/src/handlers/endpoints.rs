@@ -20,8 +20,9 @@ use crate::call::{Answer, Call};
 use crate::error::ApiError;
 use crate::respond::{json, no_content};
 use crate::views::{
-    AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath, ErrorBody, ReplayOut,
-    ReplayPath, RotateSecret, StatsQuery, UpdateEndpoint, MASKED_HEADER_VALUE,
+    is_sensitive_header, AppPath, CreateEndpoint, EndpointList, EndpointOut, EndpointPath,
+    ErrorBody, ReplayOut, ReplayPath, RotateSecret, StatsQuery, UpdateEndpoint,
+    MASKED_HEADER_VALUE,
 };
 use crate::Api;
 
@@ -89,6 +90,25 @@ fn merge_masked(
         .collect()
 }
 
+/// The headers an endpoint keeps when its URL changes: a credential-like
+/// one only if the same PATCH gives its value again (a mask is not a
+/// value), so the new host never receives the old host's credentials.
+fn headers_for_a_new_host(
+    stored: &BTreeMap<String, String>,
+    given: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
+    let given_again = |name: &str| {
+        given
+            .and_then(|g| g.get(name))
+            .is_some_and(|v| v != MASKED_HEADER_VALUE)
+    };
+    stored
+        .iter()
+        .filter(|(name, _)| !is_sensitive_header(name) || given_again(name))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 fn validate_description(description: Option<&String>) -> Result<(), ApiError> {
     if description.is_some_and(|d| d.len() > 1024) {
         return Err(ApiError::bad_request(
@@ -127,7 +147,8 @@ async fn endpoint_of<S: Store, Q>(
 #[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints", tag = "endpoints",
     params(AppPath), request_body = CreateEndpoint,
     responses((status = 201, body = EndpointOut), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let path: AppPath = call.path()?;
     let req: CreateEndpoint = call.json()?;
@@ -154,7 +175,15 @@ pub async fn create_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
             call.now,
         )
     };
-    api.store.put_endpoint(&endpoint).await?;
+    let limit = api.settings.max_endpoints_per_app;
+    if !api.store.put_endpoint(&endpoint, limit).await? {
+        return Err(ApiError::conflict(
+            "too_many_endpoints",
+            format!(
+                "the app has {limit} endpoints, its limit (WEBHOOKS_MAX_ENDPOINTS_PER_APP): delete one first"
+            ),
+        ));
+    }
     tracing::info!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, "endpoint created");
     Ok(json(
         StatusCode::CREATED,
@@ -225,7 +254,12 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
         if let Some(headers) = &req.headers {
             endpoint.headers = merge_masked(&endpoint.headers, headers);
         }
-        if let Some(url) = &req.url {
+        if let Some(url) = req.url.as_ref().filter(|url| **url != endpoint.url) {
+            let dropped = endpoint.headers.len();
+            endpoint.headers = headers_for_a_new_host(&endpoint.headers, req.headers.as_ref());
+            if endpoint.headers.len() < dropped {
+                tracing::info!(endpoint_id = %endpoint.id, dropped = dropped - endpoint.headers.len(), "URL changed: credential headers not given again are dropped");
+            }
             endpoint.url.clone_from(url);
         }
         if let Some(rate_limit) = req.rate_limit {
@@ -246,6 +280,7 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
                 endpoint.failing_since = None;
             }
         }
+        Ok(())
     })
     .await?;
     tracing::info!(endpoint_id = %endpoint.id, disabled = endpoint.disabled, "endpoint updated");
@@ -269,13 +304,13 @@ async fn change_endpoint<S: Store, Q>(
     path: &EndpointPath,
     now: chrono::DateTime<chrono::Utc>,
     rng: &mut (dyn RngCore + Send),
-    mut change: impl FnMut(&mut Endpoint),
+    mut change: impl FnMut(&mut Endpoint) -> Result<(), ApiError>,
 ) -> Result<Endpoint, ApiError> {
     for _ in 0..ENDPOINT_WRITE_ROUNDS {
         let mut endpoint = endpoint_of(api, &path.app_id, &path.endpoint_id).await?;
         let expected = endpoint.version;
         let was_disabled = endpoint.disabled;
-        change(&mut endpoint);
+        change(&mut endpoint)?;
         if endpoint.disabled != was_disabled {
             let event = if endpoint.disabled {
                 Operational::EndpointDisabled {
@@ -329,7 +364,7 @@ pub async fn delete_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
 #[utoipa::path(post, path = "/v1/apps/{app_id}/endpoints/{endpoint_id}/rotate-secret",
     tag = "endpoints", params(EndpointPath), request_body(content = RotateSecret, description = "optional"),
     responses((status = 200, body = EndpointOut), (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn rotate_secret<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let path: EndpointPath = call.path()?;
     let req: RotateSecret = call.json_or_default()?;
@@ -339,7 +374,9 @@ pub async fn rotate_secret<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answ
     };
     let (now, overlap) = (call.now, api.settings.rotation_overlap);
     let endpoint = change_endpoint(api, &path, now, call.rng, |endpoint| {
-        endpoint.rotate_secret(secret.clone(), now, overlap);
+        endpoint
+            .rotate_secret(secret.clone(), now, overlap)
+            .map_err(|e| ApiError::conflict("too_many_secrets", e.to_string()))
     })
     .await?;
     tracing::info!(endpoint_id = %endpoint.id, "secret rotated");
@@ -409,6 +446,7 @@ pub async fn replay<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
         &req,
         clock,
         api.settings.replay_inline_budget,
+        api.settings.retention,
         call.rng,
     )
     .await?;

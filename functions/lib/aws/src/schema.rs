@@ -11,6 +11,7 @@
 //! | endpoint stats, per hour | `STATS#{app}#{endpoint}` | `H#{hour}` | | |
 //! | endpoint's waiting gauge | `STATS#{app}#{endpoint}` | `WAITING` | | |
 //! | replay of an endpoint's missed events | `RPL#{replay}` | `RPL` | | |
+//! | an endpoint's replay slot (its last replay) | `RPLSLOT#{endpoint}` | `RPLSLOT` | | |
 //! | event-type catalog entry | `CATALOG` | `ET#{name}` | | |
 //! | the table's storage format | `FORMAT` | `FORMAT` | | |
 //! | the reconciler's late-index marks | `RECONCILER` | `SWEEP` | | |
@@ -77,7 +78,8 @@ use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, Repla
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
 use hookline_pipeline::dispatch::StreamChange;
 use hookline_pipeline::ports::{
-    IdempotencyRecord, QueueLag, StoredEvent, SweepMark, SweepMarks, SweepSource, SweptApp,
+    IdempotencyRecord, QueueLag, ReplaySlot, StoredEvent, SweepMark, SweepMarks, SweepSource,
+    SweptApp,
 };
 use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
@@ -259,6 +261,47 @@ pub fn replay_pk(id: &ReplayId) -> String {
     format!("RPL#{id}")
 }
 pub const REPLAY_SK: &str = "RPL";
+pub fn replay_slot_pk(endpoint: &EndpointId) -> String {
+    format!("RPLSLOT#{endpoint}")
+}
+pub const REPLAY_SLOT_SK: &str = "RPLSLOT";
+
+/// An endpoint's replay slot; it expires with the retention of the replay
+/// it names.
+pub fn replay_slot_item(
+    app: &AppId,
+    endpoint: &EndpointId,
+    slot: &ReplaySlot,
+    retention: std::time::Duration,
+) -> Item {
+    use serde_dynamo::AttributeValue as Value;
+    std::collections::HashMap::from([
+        (PK.to_owned(), Value::S(replay_slot_pk(endpoint))),
+        (SK.to_owned(), Value::S(REPLAY_SLOT_SK.to_owned())),
+        ("kind".to_owned(), Value::S("replay_slot".to_owned())),
+        ("app_id".to_owned(), Value::S(app.to_string())),
+        ("replay_id".to_owned(), Value::S(slot.replay_id.to_string())),
+        ("taken_at".to_owned(), Value::S(slot.taken_at.to_rfc3339())),
+        (
+            "expires_at".to_owned(),
+            Value::N(epoch_after(slot.taken_at, retention).to_string()),
+        ),
+    ])
+    .into()
+}
+
+pub fn replay_slot_from_item(item: Item) -> Result<ReplaySlot, PipelineError> {
+    #[derive(Deserialize)]
+    struct Row {
+        replay_id: String,
+        taken_at: DateTime<Utc>,
+    }
+    let row: Row = serde_dynamo::from_item(item).map_err(|e| corrupt("replay slot", e))?;
+    Ok(ReplaySlot {
+        replay_id: ReplayId::parse(&row.replay_id)?,
+        taken_at: row.taken_at,
+    })
+}
 pub fn api_key_pk(id: &ApiKeyId) -> String {
     format!("KEY#{id}")
 }

@@ -17,8 +17,8 @@ use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Ev
 use hookline_core::stats::StatsDelta;
 use hookline_pipeline::ports::{
     CommitOutcome, DeliveryPage, DeliveryQuery, EndpointHours, EventHead, EventWindow,
-    IdempotencyRecord, NewEvent, Overdue, OverduePage, QueueLag, Result, Store, StoredEvent,
-    SweepMarks, SweepPage, SweepSource, SweptAppsPage,
+    IdempotencyRecord, NewEvent, Overdue, OverduePage, QueueLag, ReplaySlot, Result, Store,
+    StoredEvent, SweepMarks, SweepPage, SweepSource, SweptAppsPage,
 };
 use hookline_pipeline::replay::Replay;
 use hookline_pipeline::PipelineError;
@@ -1225,11 +1225,30 @@ impl DynamoStore {
         &self,
         items: Vec<TransactWriteItem>,
     ) -> std::result::Result<(), TransactFailure> {
+        self.transact_with(items, None).await
+    }
+
+    /// [`Self::transact`], idempotent under `token` (a retry of a request
+    /// that applied succeeds instead of failing its conditions).
+    async fn transact_once(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: &str,
+    ) -> std::result::Result<(), TransactFailure> {
+        self.transact_with(items, Some(token)).await
+    }
+
+    async fn transact_with(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: Option<&str>,
+    ) -> std::result::Result<(), TransactFailure> {
         let _g = self.guard().await;
         match self
             .client()
             .transact_write_items()
             .set_transact_items(Some(items))
+            .set_client_request_token(token.map(str::to_owned))
             .send()
             .await
         {
@@ -1309,12 +1328,56 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
-        // The app first: its endpoint's events must be swept.
-        self.register_app(&endpoint.app_id, endpoint.created_at)
-            .await?;
+    async fn put_endpoint(&self, endpoint: &Endpoint, max_per_app: u32) -> Result<bool> {
         let item = self.endpoint_to_sdk(endpoint).await?;
-        self.put_new(Item::from(item)).await
+        // The app's registration counts its endpoints (and registers it for
+        // the sweep with its first): the count and the endpoint in one
+        // transaction, so concurrent creations never pass the limit.
+        let count = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(
+                SWEPT_APPS_PK.to_owned(),
+                endpoint.app_id.as_str(),
+            )))
+            .update_expression(
+                "SET registered_at = if_not_exists(registered_at, :at), kind = :kind ADD endpoints :one",
+            )
+            .condition_expression("attribute_not_exists(endpoints) OR endpoints < :max")
+            .expression_attribute_values(":at", s(endpoint.created_at.to_rfc3339()))
+            .expression_attribute_values(":kind", s(KIND_SWEPT_APP))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":max", AttributeValue::N(max_per_app.to_string()))
+            .build()
+            .map_err(|e| corrupt("update", e))?;
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(PK)")
+            .build()
+            .map_err(|e| corrupt("put", e))?;
+        let items = vec![
+            TransactWriteItem::builder().update(count).build(),
+            TransactWriteItem::builder().put(put).build(),
+        ];
+        // The endpoint's id names the request: a retry of one that applied
+        // is answered as applied (DynamoDB keeps tokens 10 minutes).
+        match self.transact_once(items, endpoint.id.as_str()).await {
+            Ok(()) => Ok(true),
+            Err(TransactFailure::Conditions(reasons))
+                if reasons.first().is_some_and(condition_failed) =>
+            {
+                Ok(false)
+            }
+            Err(TransactFailure::Conditions(_)) => Err(corrupt(
+                "endpoint",
+                format!("{} exists already", endpoint.id),
+            )),
+            Err(TransactFailure::Contended) => Err(PipelineError::store(
+                "the app's endpoints changed meanwhile; retry",
+                true,
+            )),
+            Err(TransactFailure::Other(err)) => Err(err),
+        }
     }
 
     async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
@@ -1345,7 +1408,7 @@ impl Store for DynamoStore {
             .set_item(Some(item))
             .send()
             .await
-            .map_err(|e| store_error("PutItem", e))?;
+            .map_err(|e| corrupt("put", e))?;
         Ok(())
     }
 
@@ -1831,12 +1894,41 @@ impl Store for DynamoStore {
     }
 
     async fn delete_endpoint(&self, app: &AppId, id: &EndpointId) -> Result<bool> {
-        self.delete_if(
-            Self::key(app_pk(app), &endpoint_sk(id)),
-            "attribute_exists(PK)",
-            None,
-        )
-        .await
+        let delete = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
+            .condition_expression("attribute_exists(PK)")
+            .build()
+            .map_err(|e| corrupt("delete", e))?;
+        let count = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(SWEPT_APPS_PK.to_owned(), app.as_str())))
+            .update_expression("ADD endpoints :minus_one")
+            .condition_expression("attribute_exists(PK)")
+            .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
+            .build()
+            .map_err(|e| corrupt("update", e))?;
+        let items = vec![
+            TransactWriteItem::builder().delete(delete).build(),
+            TransactWriteItem::builder().update(count).build(),
+        ];
+        match self.transact_once(items, &format!("del-{id}")).await {
+            Ok(()) => Ok(true),
+            Err(TransactFailure::Conditions(reasons))
+                if reasons.first().is_some_and(condition_failed) =>
+            {
+                Ok(false)
+            }
+            Err(TransactFailure::Conditions(_)) => Err(corrupt(
+                "app registration",
+                format!("{app} has an endpoint but no registration"),
+            )),
+            Err(TransactFailure::Contended) => Err(PipelineError::store(
+                "the app's endpoints changed meanwhile; retry",
+                true,
+            )),
+            Err(TransactFailure::Other(err)) => Err(err),
+        }
     }
 
     async fn get_delivery(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
@@ -2329,6 +2421,52 @@ impl Store for DynamoStore {
             position,
             complete,
         })
+    }
+
+    async fn replay_slot(&self, _app: &AppId, endpoint: &EndpointId) -> Result<Option<ReplaySlot>> {
+        self.get(replay_slot_pk(endpoint), REPLAY_SLOT_SK)
+            .await?
+            .map(schema::replay_slot_from_item)
+            .transpose()
+    }
+
+    async fn take_replay_slot(
+        &self,
+        app: &AppId,
+        endpoint: &EndpointId,
+        replay: &ReplayId,
+        held_by: Option<&ReplayId>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let slot = ReplaySlot {
+            replay_id: replay.clone(),
+            taken_at: now,
+        };
+        let item = into_sdk(schema::replay_slot_item(
+            app,
+            endpoint,
+            &slot,
+            self.retention,
+        ));
+        let _g = self.guard().await;
+        let request = self
+            .client()
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let request = match held_by {
+            None => request.condition_expression("attribute_not_exists(PK)"),
+            Some(held) => request
+                .condition_expression("replay_id = :held")
+                .expression_attribute_values(":held", s(held.as_str())),
+        };
+        let taken = condition_to_bool(request.send().await, "PutItem")?;
+        drop(_g);
+        if taken {
+            return Ok(true);
+        }
+        // This very write, applied by a try whose answer was lost?
+        Ok(self.replay_slot(app, endpoint).await?.as_ref() == Some(&slot))
     }
 
     async fn get_replay(&self, id: &ReplayId) -> Result<Option<Replay>> {

@@ -17,6 +17,8 @@ pub enum CoreError {
     InvalidSchedule(String),
     #[error("invalid secret: {0}")]
     InvalidSecret(&'static str),
+    #[error("at most {max} secrets can be valid at once: wait until the oldest rotation's overlap ends, or rotate without overlap")]
+    TooManySecrets { max: usize },
     #[error("illegal delivery transition: {action} from `{from}`")]
     IllegalTransition {
         from: &'static str,

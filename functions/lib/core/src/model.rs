@@ -105,6 +105,20 @@ impl Event {
             test: false,
         }
     }
+
+    /// Marks a test event: its body gets a top-level `"test": true`
+    /// member, inside the signed bytes, so a receiver can tell a test
+    /// (sent by hand from the API or the portal) from a real event whatever
+    /// secret signed it: `{"type", "timestamp", "data", "test": true}`.
+    pub fn mark_test(&mut self) {
+        if self.test {
+            return;
+        }
+        self.test = true;
+        debug_assert!(self.body.ends_with('}'), "a rendered body is an object");
+        self.body.pop();
+        self.body.push_str(r#","test":true}"#);
+    }
 }
 
 /// `{"type":"<type>","timestamp":"<RFC 3339>","data":<payload>}`.
@@ -308,9 +322,20 @@ impl Endpoint {
     }
 
     /// Replaces the secret; the old one keeps signing for `overlap`.
-    pub fn rotate_secret(&mut self, new: Secret, now: DateTime<Utc>, overlap: Duration) {
-        let old = std::mem::replace(&mut self.secret, new);
+    pub fn rotate_secret(
+        &mut self,
+        new: Secret,
+        now: DateTime<Utc>,
+        overlap: Duration,
+    ) -> Result<(), CoreError> {
         self.previous_secrets.retain(|p| p.expires_at > now);
+        let valid_after = 2 + self.previous_secrets.len();
+        if !overlap.is_zero() && valid_after > MAX_VALID_SECRETS {
+            return Err(CoreError::TooManySecrets {
+                max: MAX_VALID_SECRETS,
+            });
+        }
+        let old = std::mem::replace(&mut self.secret, new);
         if !overlap.is_zero() {
             let expires_at =
                 now + chrono::Duration::from_std(overlap).unwrap_or(chrono::Duration::days(1));
@@ -320,8 +345,15 @@ impl Endpoint {
             });
         }
         self.updated_at = now;
+        Ok(())
     }
 }
+
+/// At most this many secrets of an endpoint are valid at once: the current
+/// one and those still in their rotation overlap. Each signs every request
+/// (one signature per secret in its header) and the endpoint's item holds
+/// them all, so rotations within an overlap are refused past it.
+pub const MAX_VALID_SECRETS: usize = 5;
 
 /// The state of a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -1169,7 +1201,8 @@ mod tests {
 
         let old = ep.secret.clone();
         let new = Secret::generate(&mut rng);
-        ep.rotate_secret(new.clone(), t0(), Duration::from_secs(3600));
+        ep.rotate_secret(new.clone(), t0(), Duration::from_secs(3600))
+            .unwrap();
         assert_eq!(ep.signing_secrets(t0()), vec![&new, &old]);
         assert_eq!(
             ep.signing_secrets(t0() + chrono::Duration::seconds(3601)),
@@ -1179,12 +1212,67 @@ mod tests {
             Secret::generate(&mut rng),
             t0() + chrono::Duration::hours(2),
             Duration::ZERO,
-        );
+        )
+        .unwrap();
         assert_eq!(
             ep.signing_secrets(t0() + chrono::Duration::hours(2)).len(),
             1
         );
         assert!(ep.previous_secrets.is_empty());
+    }
+
+    /// Rotations within one overlap stop at five valid secrets: the sixth
+    /// is refused and changes nothing; once the oldest overlap ends, one
+    /// more is taken; a rotation without overlap is always taken.
+    #[test]
+    fn rotations_stop_at_five_valid_secrets() {
+        let mut rng = rand::thread_rng();
+        let mut ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("a").unwrap(),
+            "https://example.com/hook",
+            Secret::generate(&mut rng),
+            t0(),
+        );
+        let day = Duration::from_secs(86_400);
+        for minute in 1..=4 {
+            let at = t0() + chrono::Duration::minutes(minute);
+            ep.rotate_secret(Secret::generate(&mut rng), at, day)
+                .unwrap();
+        }
+        let at = t0() + chrono::Duration::minutes(5);
+        assert_eq!(ep.signing_secrets(at).len(), MAX_VALID_SECRETS);
+        let before = ep.clone();
+        let refused = ep.rotate_secret(Secret::generate(&mut rng), at, day);
+        assert!(matches!(refused, Err(CoreError::TooManySecrets { max: 5 })));
+        assert_eq!(ep, before, "a refused rotation changes nothing");
+        let later = t0() + chrono::Duration::minutes(1) + chrono::Duration::days(1);
+        ep.rotate_secret(Secret::generate(&mut rng), later, day)
+            .unwrap();
+        assert_eq!(ep.signing_secrets(later).len(), MAX_VALID_SECRETS);
+        ep.rotate_secret(Secret::generate(&mut rng), later, Duration::ZERO)
+            .unwrap();
+    }
+
+    /// A test event's signed body says so; no other event's does.
+    #[test]
+    fn a_test_event_body_carries_test_true() {
+        let payload = RawValue::from_string(r#"{"a":1}"#.into()).unwrap();
+        let mut event = Event::new(
+            EventId::generate(),
+            AppId::parse("a").unwrap(),
+            EventType::parse("order.paid").unwrap(),
+            &payload,
+            t0(),
+        );
+        let plain: serde_json::Value = serde_json::from_str(&event.body).unwrap();
+        assert!(plain.get("test").is_none());
+        event.mark_test();
+        event.mark_test();
+        let body: serde_json::Value = serde_json::from_str(&event.body).unwrap();
+        assert_eq!(body["test"], serde_json::Value::Bool(true));
+        assert_eq!(body["data"], serde_json::json!({"a": 1}));
+        assert!(event.test && event.body.ends_with(r#""data":{"a":1},"test":true}"#));
     }
 
     #[test]

@@ -839,7 +839,11 @@ mod tests {
             Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
             now,
         );
-        deliverer.store.put_endpoint(&ep).await.unwrap();
+        deliverer
+            .store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
         let mut n = 0;
         let mut late_by = |minutes: i64| {
             n += 1;
@@ -900,7 +904,11 @@ mod tests {
             Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
             now,
         );
-        deliverer.store.put_endpoint(&ep).await.unwrap();
+        deliverer
+            .store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
         let delivery = |n: usize| {
             let d = seeded_delivery(&deliverer.store, &ep, n, now);
             message_for(&d, now).unwrap().0
@@ -964,7 +972,11 @@ mod tests {
                 t0,
             )
         };
-        deliverer.store.put_endpoint(&ep).await.unwrap();
+        deliverer
+            .store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
         let new_delivery = |n: usize| seeded_delivery(&deliverer.store, &ep, n, t0);
         let stored = |d: &Delivery| {
             deliverer
@@ -1077,7 +1089,11 @@ mod tests {
             Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
             now,
         );
-        deliverer.store.put_endpoint(&ep).await.unwrap();
+        deliverer
+            .store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
         let event = Event::new(
             EventId::new_fanout_base(now, &mut rand::thread_rng()),
             ep.app_id.clone(),
@@ -1187,7 +1203,11 @@ mod tests {
             Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
             t0,
         );
-        deliverer.store.put_endpoint(&ep).await.unwrap();
+        deliverer
+            .store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
         let current = || deliverer.store.endpoint(&ep.id).unwrap();
         // The settle period is a tenth of 3 s.
         assert_eq!(

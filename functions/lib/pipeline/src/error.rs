@@ -24,6 +24,10 @@ pub enum PipelineError {
     /// A state conflict (e.g. retrying a delivery that is not failed).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A tenant limit refusing the request (a 409 with its own code:
+    /// `replay_running`, ...), never retried as it stands.
+    #[error("{code}: {message}")]
+    Limit { code: &'static str, message: String },
     /// The store (DynamoDB) failed; `retryable` says whether trying again may help.
     #[error("store error: {message}")]
     Store {
@@ -86,6 +90,7 @@ impl PipelineError {
             | Self::SchemaMismatch { .. }
             | Self::NotFound(_)
             | Self::Conflict(_)
+            | Self::Limit { .. }
             | Self::Corrupt(_)
             | Self::Config(_)
             | Self::Format { .. } => false,
@@ -100,6 +105,7 @@ impl From<CoreError> for PipelineError {
             CoreError::InvalidInput { .. } => "invalid_input",
             CoreError::InvalidSchedule(_) => "invalid_schedule",
             CoreError::InvalidSecret(_) => "invalid_secret",
+            CoreError::TooManySecrets { .. } => "too_many_secrets",
             CoreError::IllegalTransition { .. } => "illegal_transition",
         };
         Self::Invalid {

@@ -60,6 +60,8 @@ struct StoreState {
     sweep_marks: SweepMarks,
     /// Event items read by sweep pages and replay windows.
     event_items_read: u64,
+    /// Each endpoint's replay slot.
+    replay_slots: HashMap<EndpointId, ReplaySlot>,
     /// The recorded queue lag and how many times it was written.
     queue_lag: Option<QueueLag>,
     queue_lag_writes: u32,
@@ -428,14 +430,22 @@ impl Store for MemoryStore {
             .filter(|e| &e.app_id == app)
             .cloned())
     }
-    async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
+    async fn put_endpoint(&self, endpoint: &Endpoint, max_per_app: u32) -> Result<bool> {
         let mut s = lock(&self.state);
         if s.endpoints.contains_key(&endpoint.id) {
             return Err(crate::PipelineError::store("endpoint exists", false));
         }
+        let of_app = s
+            .endpoints
+            .values()
+            .filter(|e| e.app_id == endpoint.app_id)
+            .count();
+        if of_app >= max_per_app as usize {
+            return Ok(false);
+        }
         s.register_app(&endpoint.app_id, endpoint.created_at);
         s.endpoints.insert(endpoint.id.clone(), endpoint.clone());
-        Ok(())
+        Ok(true)
     }
     async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
         let mut s = lock(&self.state);
@@ -991,6 +1001,30 @@ impl Store for MemoryStore {
             position,
             complete,
         })
+    }
+    async fn replay_slot(&self, _app: &AppId, endpoint: &EndpointId) -> Result<Option<ReplaySlot>> {
+        Ok(lock(&self.state).replay_slots.get(endpoint).cloned())
+    }
+    async fn take_replay_slot(
+        &self,
+        _app: &AppId,
+        endpoint: &EndpointId,
+        replay: &ReplayId,
+        held_by: Option<&ReplayId>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut s = lock(&self.state);
+        if s.replay_slots.get(endpoint).map(|slot| &slot.replay_id) != held_by {
+            return Ok(false);
+        }
+        s.replay_slots.insert(
+            endpoint.clone(),
+            ReplaySlot {
+                replay_id: replay.clone(),
+                taken_at: now,
+            },
+        );
+        Ok(true)
     }
     async fn get_replay(&self, id: &ReplayId) -> Result<Option<Replay>> {
         Ok(lock(&self.state).replays.get(id).cloned())

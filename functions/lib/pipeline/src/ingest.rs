@@ -361,7 +361,10 @@ pub async fn send_test_event<S: Store, C: PayloadCheck>(
         now,
         rng,
     );
-    new.event.test = true;
+    // One endpoint: a listed fan-out, with no delivery item (nor a digest
+    // of the body) made yet, so the body may still change.
+    debug_assert!(new.deliveries.is_empty());
+    new.event.mark_test();
     match store.commit_event(&new).await? {
         CommitOutcome::Committed => {
             tracing::info!(event_id = %new.event.id, app_id = %endpoint.app_id, endpoint_id = %endpoint.id, event_type = %new.event.event_type, "test event accepted");

@@ -266,6 +266,14 @@ impl std::fmt::Display for Overdue {
     }
 }
 
+/// Which replay an endpoint's replay slot names (one running replay per
+/// endpoint: [`crate::replay::start_replay`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplaySlot {
+    pub replay_id: ReplayId,
+    pub taken_at: DateTime<Utc>,
+}
+
 /// How late deliver receives due messages (the delivery queue's backlog
 /// as deliver last saw it): the reconciler leaves alone what may still be
 /// waiting in the queue.
@@ -350,10 +358,16 @@ pub trait Store: Send + Sync {
         app: &AppId,
         id: &EndpointId,
     ) -> impl Future<Output = Result<Option<Endpoint>>> + Send;
-    /// Creates an endpoint; never overwrites one (its id is new). Its app
-    /// is registered for the reconciler's sweep first ([`SweptApp`]), at
-    /// the endpoint's creation time if it is not yet.
-    fn put_endpoint(&self, endpoint: &Endpoint) -> impl Future<Output = Result<()>> + Send;
+    /// Creates an endpoint (never overwrites one: its id is new) if its app
+    /// has fewer than `max_per_app` endpoints; `Ok(false)`: it has that
+    /// many, nothing written. The count and the endpoint change together
+    /// (concurrent creations never pass the limit), and the app is
+    /// registered for the reconciler's sweep ([`SweptApp`]) with its first.
+    fn put_endpoint(
+        &self,
+        endpoint: &Endpoint,
+        max_per_app: u32,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// One type of the event-type catalog.
     fn get_event_type(
@@ -633,6 +647,24 @@ pub trait Store: Send + Sync {
         position: &str,
         limit: usize,
     ) -> impl Future<Output = Result<EventWindow>> + Send;
+    /// The replay slot of `endpoint`: the last replay started for it
+    /// (consistent read).
+    fn replay_slot(
+        &self,
+        app: &AppId,
+        endpoint: &EndpointId,
+    ) -> impl Future<Output = Result<Option<ReplaySlot>>> + Send;
+    /// Gives `endpoint`'s replay slot to `replay` (at `now`) if `held_by`
+    /// still holds it (`None`: if no replay ever did). `Ok(false)`: not
+    /// taken (another start got there first).
+    fn take_replay_slot(
+        &self,
+        app: &AppId,
+        endpoint: &EndpointId,
+        replay: &ReplayId,
+        held_by: Option<&ReplayId>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
     /// A replay by id (consistent read).
     fn get_replay(&self, id: &ReplayId) -> impl Future<Output = Result<Option<Replay>>> + Send;
     /// Stores a replay: a new one (`expected_version` `None`: only if its id

@@ -85,11 +85,14 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// A new replay of `[since, until)` (until: default now) for `endpoint`.
+    /// A new replay of `[since, until)` (until: default now) for `endpoint`,
+    /// a window within `retention` (nothing older is kept: a longer one
+    /// would only cost reads).
     pub fn new(
         endpoint: &Endpoint,
         request: &ReplayRequest,
         now: DateTime<Utc>,
+        retention: Duration,
         rng: &mut dyn RngCore,
     ) -> Result<Self, PipelineError> {
         let until = request.until.unwrap_or(now).min(now);
@@ -97,6 +100,16 @@ impl Replay {
             return Err(PipelineError::invalid(
                 "invalid_time_range",
                 "`since` must be before `until` (and before now)",
+            ));
+        }
+        let kept = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+        if request.since < now - kept {
+            return Err(PipelineError::invalid(
+                "invalid_time_range",
+                format!(
+                    "`since` is before the retention ({} days): nothing older is kept",
+                    kept.num_days()
+                ),
             ));
         }
         Ok(Self {
@@ -184,6 +197,7 @@ pub async fn start_replay<S: Store>(
     request: &ReplayRequest,
     clock: impl Fn() -> DateTime<Utc>,
     budget: Duration,
+    retention: Duration,
     rng: &mut (dyn RngCore + Send),
 ) -> Result<Replay, PipelineError> {
     if endpoint.disabled {
@@ -192,7 +206,30 @@ pub async fn start_replay<S: Store>(
         ));
     }
     let started = clock();
-    let mut replay = Replay::new(endpoint, request, started, rng)?;
+    let mut replay = Replay::new(endpoint, request, started, retention, rng)?;
+    // One running replay per endpoint: the slot names the last one started.
+    let holder = store.replay_slot(&endpoint.app_id, &endpoint.id).await?;
+    if let Some(slot) = &holder {
+        let running = match store.get_replay(&slot.replay_id).await? {
+            Some(earlier) => !earlier.complete,
+            // Taken, its replay not stored yet: still inside its first call.
+            None => started - slot.taken_at < SLOT_UNSTORED_FOR,
+        };
+        if running {
+            return Err(replay_running(&slot.replay_id));
+        }
+    }
+    let held_by = holder.as_ref().map(|slot| &slot.replay_id);
+    if !store
+        .take_replay_slot(&endpoint.app_id, &endpoint.id, &replay.id, held_by, started)
+        .await?
+    {
+        // Another start took it meanwhile.
+        let slot = store.replay_slot(&endpoint.app_id, &endpoint.id).await?;
+        return Err(replay_running(
+            slot.as_ref().map_or(&replay.id, |s| &s.replay_id),
+        ));
+    }
     let deadline =
         started + chrono::Duration::from_std(budget).expect("the inline budget is a few seconds");
     let route = EndpointRoute::from(endpoint);
@@ -204,6 +241,20 @@ pub async fn start_replay<S: Store>(
     }
     tracing::info!(replay_id = %replay.id, endpoint_id = %endpoint.id, replayed = replay.replayed, complete = replay.complete, "replay started");
     Ok(replay)
+}
+
+/// A slot taken by a replay whose item is missing this long after counts
+/// as free: its start stopped before storing it (a start stores it within
+/// its inline budget, at most 20 s).
+pub const SLOT_UNSTORED_FOR: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
+
+fn replay_running(id: &ReplayId) -> PipelineError {
+    PipelineError::Limit {
+        code: "replay_running",
+        message: format!(
+            "replay {id} of this endpoint is still running: follow it at its status URL, then start another"
+        ),
+    }
 }
 
 /// What [`continue_replay`] did.
@@ -264,6 +315,8 @@ mod tests {
     use hookline_core::model::{DeliveryStatus, Event, EventType};
     use hookline_core::signing::Secret;
     use serde_json::value::RawValue;
+
+    const RETENTION: Duration = Duration::from_secs(30 * 86_400);
 
     fn at(secs: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
@@ -327,7 +380,7 @@ mod tests {
         req: &ReplayRequest,
         budget: Duration,
     ) -> Replay {
-        start_replay(store, ep, req, || at(1000), budget, &mut rng())
+        start_replay(store, ep, req, || at(1000), budget, RETENTION, &mut rng())
             .await
             .unwrap()
     }
@@ -354,7 +407,7 @@ mod tests {
             fanout_version: 0,
         };
         assert!(wants(&route, &stored(&event)));
-        event.test = true;
+        event.mark_test();
         assert!(!wants(&route, &stored(&event)));
     }
 
@@ -421,7 +474,10 @@ mod tests {
     async fn a_long_replay_continues_in_the_background_and_the_reconciler_resumes_it() {
         let store = MemoryStore::default();
         let ep = endpoint(&[]);
-        store.put_endpoint(&ep).await.unwrap();
+        store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
         let total = REPLAY_PAGE * 2 + 7;
         for i in 0..total {
             event(
@@ -476,13 +532,86 @@ mod tests {
         );
     }
 
+    /// One running replay per endpoint: a second start while the first
+    /// runs is `replay_running` (and takes nothing); once the first is
+    /// complete, the next starts. A slot whose replay was never stored (its
+    /// start stopped) is free after [`SLOT_UNSTORED_FOR`].
+    #[tokio::test]
+    async fn one_running_replay_per_endpoint() {
+        let store = MemoryStore::default();
+        let ep = endpoint(&[]);
+        store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
+        event(&store, &app(), "order.paid", 10, &[]);
+        let first = start(&store, &ep, &request(0, None), Duration::ZERO).await;
+        assert!(!first.complete);
+        let refused = start_replay(
+            &store,
+            &ep,
+            &request(0, None),
+            || at(1000),
+            INLINE_BUDGET,
+            RETENTION,
+            &mut rng(),
+        )
+        .await;
+        assert!(
+            matches!(
+                &refused,
+                Err(PipelineError::Limit {
+                    code: "replay_running",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        let slot = store.replay_slot(&app(), &ep.id).await.unwrap().unwrap();
+        assert_eq!(slot.replay_id, first.id, "the refused start took nothing");
+        while continue_replay(&store, &first.id, at(1001)).await.unwrap() == Continued::Advanced {}
+        let second = start(&store, &ep, &request(0, None), INLINE_BUDGET).await;
+        assert!(second.complete);
+        // A start that took the slot and stopped before storing its replay.
+        let lost = ReplayId::new(at(2000), &mut rng());
+        assert!(store
+            .take_replay_slot(&app(), &ep.id, &lost, Some(&second.id), at(2000))
+            .await
+            .unwrap());
+        let too_soon = start_replay(
+            &store,
+            &ep,
+            &request(0, None),
+            || at(2030),
+            INLINE_BUDGET,
+            RETENTION,
+            &mut rng(),
+        )
+        .await;
+        assert!(too_soon.is_err(), "within a minute it may still be storing");
+        let later = start_replay(
+            &store,
+            &ep,
+            &request(0, None),
+            || at(2100),
+            INLINE_BUDGET,
+            RETENTION,
+            &mut rng(),
+        )
+        .await;
+        assert!(later.is_ok(), "{later:?}");
+    }
+
     /// A disabled endpoint is refused (enable it first); one deleted or
     /// disabled while its replay runs stops the replay with the reason.
     #[tokio::test]
     async fn disabled_or_deleted_endpoints_stop_replays() {
         let store = MemoryStore::default();
         let mut ep = endpoint(&[]);
-        store.put_endpoint(&ep).await.unwrap();
+        store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
         event(&store, &app(), "order.paid", 10, &[]);
         ep.disabled = true;
         let refused = start_replay(
@@ -491,6 +620,7 @@ mod tests {
             &request(0, None),
             || at(1000),
             INLINE_BUDGET,
+            RETENTION,
             &mut rng(),
         )
         .await;
@@ -512,6 +642,7 @@ mod tests {
             &request(2000, None),
             || at(1000),
             INLINE_BUDGET,
+            RETENTION,
             &mut rng(),
         )
         .await;

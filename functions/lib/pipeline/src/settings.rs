@@ -37,6 +37,11 @@ pub enum ConfigError {
     Inconsistent { var: &'static str, reason: String },
 }
 
+/// The most `WEBHOOKS_MAX_ENDPOINTS_PER_APP` can be: a keyed event's
+/// idempotency record lists every delivery id (about 30 bytes each), and
+/// 5,000 of them keep it near 150 KB, well inside DynamoDB's 400 KB item.
+pub const MAX_ENDPOINTS_PER_APP_CEILING: u32 = 5_000;
+
 /// Every setting the functions read. Required: `WEBHOOKS_TABLE`,
 /// `WEBHOOKS_QUEUE_URL`, `WEBHOOKS_DLQ_URL`, `WEBHOOKS_KMS_KEY_ID`; the
 /// others have the defaults documented on each field.
@@ -77,6 +82,11 @@ pub struct Settings {
     /// `WEBHOOKS_DELIVER_CONCURRENCY` (default 10, 1..=100): POSTs one deliver
     /// invocation makes at once (an SQS batch is at most 10 messages).
     pub deliver_concurrency: usize,
+    /// `WEBHOOKS_MAX_ENDPOINTS_PER_APP` (default 100, at most
+    /// [`MAX_ENDPOINTS_PER_APP_CEILING`]): creating one more endpoint is
+    /// refused (409 `too_many_endpoints`). An event fans out to every
+    /// endpoint of its app, so this bounds what one event costs.
+    pub max_endpoints_per_app: u32,
     /// `WEBHOOKS_RECONCILE_AFTER` (default 15m): a pending delivery due
     /// longer ago than this, never picked up, lost its queue message; the
     /// reconciler queues it again. At least the deliver function's timeout
@@ -243,6 +253,11 @@ impl Settings {
             disable_after: vars
                 .duration("WEBHOOKS_DISABLE_AFTER", Duration::from_secs(5 * 86_400))?,
             deliver_concurrency: vars.number("WEBHOOKS_DELIVER_CONCURRENCY", 10, 1..=100)?,
+            max_endpoints_per_app: vars.number(
+                "WEBHOOKS_MAX_ENDPOINTS_PER_APP",
+                100,
+                1..=MAX_ENDPOINTS_PER_APP_CEILING,
+            )?,
             reconcile_after: vars
                 .duration("WEBHOOKS_RECONCILE_AFTER", Duration::from_secs(15 * 60))?,
             reconcile_interval: vars

@@ -150,7 +150,12 @@ async fn main() -> Result<(), BoxError> {
         Secret::generate(&mut rng),
         Utc::now(),
     );
-    store.put_endpoint(&endpoint).await?;
+    store
+        .put_endpoint(
+            &endpoint,
+            hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
+        )
+        .await?;
     let api = Api::new(
         store.clone(),
         queue.clone(),

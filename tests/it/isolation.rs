@@ -1,0 +1,314 @@
+//! Tenant isolation and hardening, on moto through the API: what the least
+//! privileged credential can cost others (limits refused with their code,
+//! nothing lost or leaked).
+
+use std::time::Duration;
+
+use hookline_tests::receiver::Receiver;
+use hookline_tests::stack::Stack;
+use hookline_tests::{error_code, record_figures, secret_of};
+use serde_json::{json, Value};
+
+async fn create(stack: &Stack, app: &str, url: &str) -> (u16, Value) {
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            &format!("/v1/apps/{app}/endpoints"),
+            Some(json!({"url": url})),
+            &[],
+        )
+        .await;
+    (status, body)
+}
+
+/// `WEBHOOKS_MAX_ENDPOINTS_PER_APP`: the app at its limit gets 409
+/// `too_many_endpoints` (nothing written); six creations at once against a
+/// limit of 3 leave exactly 3; another app is not affected; a deletion makes
+/// room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_per_app_stop_at_the_limit_even_when_created_at_once() {
+    let stack = Stack::start(&[("WEBHOOKS_MAX_ENDPOINTS_PER_APP", "3")]).await;
+    let receiver = Receiver::healthy().await;
+    let attempts =
+        futures::future::join_all((0..6).map(|_| create(&stack, "busy", &receiver.url))).await;
+    let created: Vec<&Value> = attempts
+        .iter()
+        .filter(|(status, _)| *status == 201)
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(created.len(), 3, "{attempts:?}");
+    for (status, body) in attempts.iter().filter(|(status, _)| *status != 201) {
+        assert_eq!(
+            (*status, error_code(body).as_deref()),
+            (409, Some("too_many_endpoints")),
+            "{body}"
+        );
+    }
+    let (status, _, list) = stack
+        .call("GET", "/v1/apps/busy/endpoints", None, &[])
+        .await;
+    assert_eq!(
+        (status, list["items"].as_array().map(Vec::len)),
+        (200, Some(3))
+    );
+    let (status, _) = create(&stack, "other", &receiver.url).await;
+    assert_eq!(status, 201, "another app has its own limit");
+    let first = created[0]["id"].as_str().unwrap().to_owned();
+    let (status, _) = stack
+        .endpoint_call("DELETE", "busy", &first, "", None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, body) = create(&stack, "busy", &receiver.url).await;
+    assert_eq!(status, 201, "a deletion makes room: {body}");
+    let (status, body) = create(&stack, "busy", &receiver.url).await;
+    assert_eq!(
+        (status, error_code(&body).as_deref()),
+        (409, Some("too_many_endpoints"))
+    );
+    record_figures(
+        "isolation",
+        "WEBHOOKS_MAX_ENDPOINTS_PER_APP=3 on moto: 6 creations at once -> 3 created, 3 refused 409 too_many_endpoints; another app unaffected; a deletion makes room for one",
+    );
+}
+
+/// At most five valid secrets: four rotations within the overlap make
+/// five; the fifth rotation is refused (409 `too_many_secrets`) and the
+/// endpoint still signs with the five (a delivery verifies with the newest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotations_stop_at_five_valid_secrets() {
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    let (status, body) = create(&stack, "shop", &receiver.url).await;
+    assert_eq!(status, 201);
+    let id = body["id"].as_str().unwrap().to_owned();
+    let mut newest = secret_of(&body);
+    for _ in 0..4 {
+        let (status, body) = stack
+            .endpoint_call("POST", "shop", &id, "/rotate-secret", None)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        newest = secret_of(&body);
+    }
+    let (status, body) = stack
+        .endpoint_call("POST", "shop", &id, "/rotate-secret", None)
+        .await;
+    assert_eq!(
+        (status, error_code(&body).as_deref()),
+        (409, Some("too_many_secrets")),
+        "{body}"
+    );
+    assert!(
+        !body.to_string().contains("whsec_"),
+        "no secret in an error: {body}"
+    );
+    receiver.set_secret(&newest);
+    let (status, _) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), None)
+        .await;
+    assert_eq!(status, 202);
+    let ok = stack
+        .pump_until(Duration::from_secs(60), || async {
+            receiver.unique_accepted() == 1
+        })
+        .await;
+    assert!(ok, "delivered");
+    let got = &receiver.accepted()[0];
+    assert!(got.standard_ok, "signed with the newest secret");
+    let signatures = got.headers["webhook-signature"].split(' ').count();
+    assert_eq!(signatures, 5, "one signature per valid secret");
+    record_figures(
+        "isolation",
+        "rotations on moto: 4 within the overlap -> 5 valid secrets (5 signatures per request); the 5th rotation refused 409 too_many_secrets",
+    );
+}
+
+/// One running replay per endpoint: a second start while the first runs
+/// is 409 `replay_running`; once it completed, another starts. A window
+/// reaching past the retention is 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_running_replay_per_endpoint_and_windows_within_the_retention() {
+    // No inline work: a replay runs in the background from its first call.
+    let stack = Stack::start(&[("WEBHOOKS_REPLAY_INLINE_BUDGET", "0s")]).await;
+    let receiver = Receiver::healthy().await;
+    let (status, body) = create(&stack, "shop", &receiver.url).await;
+    assert_eq!(status, 201);
+    let id = body["id"].as_str().unwrap().to_owned();
+    let since = chrono::Utc::now() - chrono::Duration::hours(1);
+    let window = json!({"since": since.to_rfc3339()});
+    let (status, first) = stack
+        .endpoint_call("POST", "shop", &id, "/replay", Some(window.clone()))
+        .await;
+    assert_eq!(
+        (status, first["complete"].as_bool()),
+        (202, Some(false)),
+        "{first}"
+    );
+    let (status, body) = stack
+        .endpoint_call("POST", "shop", &id, "/replay", Some(window.clone()))
+        .await;
+    assert_eq!(
+        (status, error_code(&body).as_deref()),
+        (409, Some("replay_running")),
+        "{body}"
+    );
+    // Another endpoint's replay is not held back.
+    let (_, other) = create(&stack, "shop", &receiver.url).await;
+    let other = other["id"].as_str().unwrap().to_owned();
+    let (status, _) = stack
+        .endpoint_call("POST", "shop", &other, "/replay", Some(window.clone()))
+        .await;
+    assert_eq!(status, 202);
+    // The background (the stream's record of it) completes the first.
+    let status_url = format!("/replays/{}", first["id"].as_str().unwrap());
+    let done = stack
+        .pump_until(Duration::from_secs(60), || async {
+            let (_, replay) = stack
+                .endpoint_call("GET", "shop", &id, &status_url, None)
+                .await;
+            replay["complete"].as_bool() == Some(true)
+        })
+        .await;
+    assert!(done, "the first replay completes");
+    let (status, body) = stack
+        .endpoint_call("POST", "shop", &id, "/replay", Some(window))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let old = chrono::Utc::now() - chrono::Duration::days(31);
+    let (status, body) = stack
+        .endpoint_call(
+            "POST",
+            "shop",
+            &id,
+            "/replay",
+            Some(json!({"since": old.to_rfc3339()})),
+        )
+        .await;
+    assert_eq!(
+        (status, error_code(&body).as_deref()),
+        (400, Some("invalid_time_range")),
+        "{body}"
+    );
+    record_figures(
+        "isolation",
+        "replays on moto: a second start while one runs -> 409 replay_running (another endpoint's starts); after it completes, another starts; a window past the 30-day retention -> 400",
+    );
+}
+
+/// A URL change drops every credential-like custom header the same PATCH
+/// does not give again (a masked value is not a value): the new host never
+/// gets the old host's credentials; other headers stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_change_drops_the_old_hosts_credentials() {
+    let stack = Stack::start(&[]).await;
+    let old_host = Receiver::healthy().await;
+    let new_host = Receiver::healthy().await;
+    let (status, _, body) = stack
+        .call(
+            "POST",
+            "/v1/apps/shop/endpoints",
+            Some(json!({"url": old_host.url, "headers": {
+                "Authorization": "Bearer old-host-token",
+                "X-Api-Key": "old-host-key",
+                "X-Tenant": "acme"}})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    // The masks an answer shows, sent back with the new URL: not values.
+    let (status, body) = stack
+        .endpoint_call(
+            "PATCH",
+            "shop",
+            &id,
+            "",
+            Some(json!({"url": new_host.url, "headers": {
+                "Authorization": "********", "X-Api-Key": "new-host-key", "X-Tenant": "acme"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let headers = body["headers"].as_object().unwrap();
+    assert!(!headers.contains_key("Authorization"), "{body}");
+    assert_eq!(headers["X-Api-Key"], "********");
+    assert_eq!(headers["X-Tenant"], "acme");
+    let (status, _) = stack
+        .send_event("shop", "order.paid", json!({"n": 1}), None)
+        .await;
+    assert_eq!(status, 202);
+    let ok = stack
+        .pump_until(Duration::from_secs(60), || async {
+            new_host.unique_accepted() == 1
+        })
+        .await;
+    assert!(ok, "delivered to the new host");
+    let got = &new_host.accepted()[0].headers;
+    assert!(!got.contains_key("authorization"), "{got:?}");
+    assert_eq!(
+        got.get("x-api-key").map(String::as_str),
+        Some("new-host-key")
+    );
+    assert_eq!(got.get("x-tenant").map(String::as_str), Some("acme"));
+    assert!(old_host.received().is_empty());
+    // Without a URL change a mask keeps the stored value.
+    let (status, body) = stack
+        .endpoint_call(
+            "PATCH",
+            "shop",
+            &id,
+            "",
+            Some(json!({"headers": {"X-Api-Key": "********"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["headers"]["X-Api-Key"]),
+        (200, &json!("********"))
+    );
+    record_figures(
+        "isolation",
+        "a URL change on moto: Authorization (masked in the PATCH) dropped, X-Api-Key given again kept, X-Tenant kept; the new host got no old credential",
+    );
+}
+
+/// A test event's delivered body says `"test": true` inside the signed
+/// bytes (the signature verifies over it); a real event's has no `test`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_event_says_so_inside_its_signed_body() {
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    let (status, body) = create(&stack, "shop", &receiver.url).await;
+    assert_eq!(status, 201);
+    receiver.set_secret(&secret_of(&body));
+    let id = body["id"].as_str().unwrap().to_owned();
+    let (status, body) = stack
+        .endpoint_call(
+            "POST",
+            "shop",
+            &id,
+            "/test",
+            Some(json!({"event_type": "order.paid", "payload": {"n": 1}})),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, _) = stack
+        .send_event("shop", "order.paid", json!({"n": 2}), None)
+        .await;
+    assert_eq!(status, 202);
+    let ok = stack
+        .pump_until(Duration::from_secs(60), || async {
+            receiver.unique_accepted() == 2
+        })
+        .await;
+    assert!(ok, "both delivered");
+    for got in receiver.accepted() {
+        assert!(got.standard_ok, "signed over the body as delivered");
+        let body: Value = serde_json::from_slice(&got.body).unwrap();
+        match body["data"]["n"].as_i64() {
+            Some(1) => assert_eq!(body["test"], json!(true), "{body}"),
+            _ => assert!(body.get("test").is_none(), "{body}"),
+        }
+    }
+    record_figures(
+        "isolation",
+        "a test event on moto: delivered body {type, timestamp, data, test: true}, signature verified over it; a real event has no test member",
+    );
+}
