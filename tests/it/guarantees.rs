@@ -341,7 +341,8 @@ async fn an_expired_idempotency_key_can_be_reused_at_once() {
 async fn a_retried_keyed_request_writes_its_missing_event_whatever_path_it_takes() {
     use aws_sdk_dynamodb::types::AttributeValue;
     use hookline_pipeline::ports::FANOUT_LIST_MAX;
-    let stack = Stack::start(&[]).await;
+    // Past a listed fan-out: more endpoints than the default limit.
+    let stack = Stack::start(&[("WEBHOOKS_MAX_ENDPOINTS_PER_APP", "500")]).await;
     let receiver = Receiver::healthy().await;
     stack.create_endpoint("shop", &receiver.url, &[]).await;
     let (status, first) = stack

@@ -459,7 +459,8 @@ async fn bad_input_gets_clear_4xx_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_to_250_endpoints_is_accepted_atomically_and_delivered_250_times() {
-    let stack = Stack::start(&[]).await;
+    // More endpoints than the default limit of an app.
+    let stack = Stack::start(&[("WEBHOOKS_MAX_ENDPOINTS_PER_APP", "500")]).await;
     let receiver = Receiver::healthy().await;
     for i in 0..250 {
         stack

@@ -338,7 +338,10 @@ async fn a_test_event_reaches_one_endpoint_only_and_is_never_replayed() {
     assert_eq!(got.len(), 1);
     assert!(got[0].standard_ok, "signed like any webhook");
     let text = String::from_utf8(got[0].body.clone()).unwrap();
-    assert!(text.ends_with(r#","data":{"n":7}}"#), "{text}");
+    assert!(
+        text.ends_with(r#","data":{"n":7},"test":true}"#),
+        "a test event says so in its signed body: {text}"
+    );
     // Its own payload, held to the schema.
     let (status, err) = test(
         &ids[0],

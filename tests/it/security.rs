@@ -81,6 +81,18 @@ async fn ssrf_vectors_are_blocked_at_registration_and_at_send() {
             format!("https://[2002:7f00:1::]:{port}/"),
         ),
         (
+            "SIIT-translated loopback".into(),
+            format!("https://[::ffff:0:7f00:1]:{port}/"),
+        ),
+        (
+            "Teredo to a loopback client".into(),
+            format!("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]:{port}/"),
+        ),
+        (
+            "NAT64 local-use prefix of IMDS".into(),
+            "https://[64:ff9b:1::a9fe:a9fe]/".into(),
+        ),
+        (
             "unspecified 0.0.0.0".into(),
             format!("https://0.0.0.0:{port}/"),
         ),
@@ -137,6 +149,14 @@ async fn ssrf_vectors_are_blocked_at_registration_and_at_send() {
             )
             .await;
         let at_registration = status == 400 && error_code(&body).as_deref() == Some("invalid_url");
+        // The rule broken, never the address a name resolved to.
+        if url.contains(LOOPBACK_NAME) {
+            let message = body["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("loopback") && !message.contains("127.0.0.1"),
+                "{message}"
+            );
+        }
         let result = sender
             .send(OutgoingRequest {
                 custom_headers: &std::collections::BTreeMap::new(),

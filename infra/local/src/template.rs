@@ -90,6 +90,11 @@ impl Template {
         Ok(Self { resources, doc })
     }
 
+    /// A top-level section of the template (`Parameters`, `Globals`, ...).
+    pub fn section(&self, name: &str) -> Option<&Yaml> {
+        self.doc.get(name)
+    }
+
     fn of_type<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = (&'a String, &'a Yaml)> + 'a {
         self.resources
             .iter()
@@ -227,7 +232,7 @@ mod tests {
     fn the_api_is_throttled_and_the_api_function_capped() {
         let t = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"))
             .unwrap();
-        let route = &t.doc["Globals"]["HttpApi"]["DefaultRouteSettings"];
+        let route = &t.section("Globals").expect("Globals")["HttpApi"]["DefaultRouteSettings"];
         let reference = |v: &Yaml| match v {
             Yaml::Tagged(tagged) if tagged.tag == "!Ref" => text(&tagged.value),
             _ => None,
@@ -245,7 +250,7 @@ mod tests {
             "ApiThrottlingBurstLimit",
             "IngestReservedConcurrency",
         ] {
-            let p = &t.doc["Parameters"][parameter];
+            let p = &t.section("Parameters").expect("Parameters")[parameter];
             assert_eq!(text(&p["Type"]).as_deref(), Some("Number"), "{parameter}");
         }
         // The implicit API is the one every HttpApi event of the template
@@ -261,10 +266,17 @@ mod tests {
                 }
             }
         }
-        let reserved = untag(&t.resources["IngestFunction"]["Properties"]["ReservedConcurrentExecutions"]);
+        let reserved =
+            untag(&t.resources["IngestFunction"]["Properties"]["ReservedConcurrentExecutions"]);
         let branches = reserved.as_sequence().expect("an !If");
-        assert_eq!(text(&branches[0]).as_deref(), Some("WithIngestReservedConcurrency"));
-        assert_eq!(reference(&branches[1]).as_deref(), Some("IngestReservedConcurrency"));
+        assert_eq!(
+            text(&branches[0]).as_deref(),
+            Some("WithIngestReservedConcurrency")
+        );
+        assert_eq!(
+            reference(&branches[1]).as_deref(),
+            Some("IngestReservedConcurrency")
+        );
     }
 
     /// Only the pipeline's roles may send to the delivery queue: its policy

@@ -261,12 +261,14 @@ impl AppId {
             && s.len() <= 64
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if ok {
+        // `.` and `..` are path segments, not names: a URL or a link to the
+        // dashboard would resolve them away.
+        if ok && s != "." && s != ".." {
             Ok(Self(s.to_owned()))
         } else {
             Err(CoreError::InvalidId {
                 kind: "app",
-                reason: "1-64 characters of A-Z, a-z, 0-9, `_`, `-`, `.`",
+                reason: "1-64 characters of A-Z, a-z, 0-9, `_`, `-`, `.`, and not `.` or `..`",
             })
         }
     }
@@ -399,9 +401,10 @@ mod tests {
     #[test]
     fn app_ids() {
         assert!(AppId::parse("acme-prod_1.eu").is_ok());
-        for bad in ["", "a b", "a/b", &"x".repeat(65), "é"] {
-            assert!(AppId::parse(bad).is_err());
+        for bad in ["", "a b", "a/b", &"x".repeat(65), "é", ".", ".."] {
+            assert!(AppId::parse(bad).is_err(), "{bad}");
         }
+        assert!(AppId::parse("...").is_ok() && AppId::parse(".a").is_ok());
     }
 
     proptest! {

@@ -16,52 +16,97 @@ use crate::ports::{OutgoingRequest, SendResult, Sender};
 /// Whether `ip` is a globally routable unicast address. Loopback, private,
 /// link-local (cloud metadata `169.254.169.254` included), CGNAT, unspecified,
 /// multicast, documentation and reserved ranges are not; IPv6 forms that embed
-/// an IPv4 address (mapped, NAT64, 6to4) are judged by that address.
+/// an IPv4 address (mapped, SIIT-translated, NAT64, 6to4, Teredo) are judged
+/// by that address.
 pub fn is_public_ip(ip: IpAddr) -> bool {
+    non_public_range(ip).is_none()
+}
+
+/// The range that makes `ip` not public (what a refusal names: the rule,
+/// never a resolved address), or `None` for a public one.
+pub fn non_public_range(ip: IpAddr) -> Option<&'static str> {
     match ip {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => is_public_v6(v6),
+        IpAddr::V4(v4) => non_public_v4(v4),
+        IpAddr::V6(v6) => non_public_v6(v6),
     }
 }
 
-fn is_public_v4(ip: Ipv4Addr) -> bool {
+fn non_public_v4(ip: Ipv4Addr) -> Option<&'static str> {
     let [a, b, c, _] = ip.octets();
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || ip.is_multicast()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b)) // shared address space (CGNAT)
-        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
-        || (a == 198 && (18..20).contains(&b)) // benchmarking
-        || a >= 240) // reserved
+    Some(if ip.is_unspecified() || a == 0 {
+        "unspecified (0.0.0.0/8)"
+    } else if ip.is_loopback() {
+        "loopback"
+    } else if ip.is_private() {
+        "private (RFC 1918)"
+    } else if ip.is_link_local() {
+        "link-local (cloud metadata included)"
+    } else if ip.is_broadcast() || ip.is_multicast() {
+        "multicast or broadcast"
+    } else if ip.is_documentation() {
+        "documentation"
+    } else if a == 100 && (64..128).contains(&b) {
+        "shared address space (CGNAT)"
+    } else if a == 192 && b == 0 && c == 0 {
+        "IETF protocol assignments"
+    } else if a == 198 && (18..20).contains(&b) {
+        "benchmarking"
+    } else if a >= 240 {
+        "reserved"
+    } else {
+        return None;
+    })
 }
 
-fn is_public_v6(ip: Ipv6Addr) -> bool {
+/// The IPv4 address an IPv6 form embeds, for the forms that reach it:
+/// IPv4-mapped `::ffff:a.b.c.d`, SIIT-translated `::ffff:0:a.b.c.d`, NAT64
+/// (`64:ff9b::/96` and the local-use `64:ff9b:1::/48`), 6to4 `2002::/16`,
+/// and Teredo `2001::/32` (its client, the address traffic goes to, stored
+/// inverted in the last 32 bits).
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let seg = ip.segments();
+    let o = ip.octets();
+    let last = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
     if let Some(v4) = ip.to_ipv4_mapped() {
-        return is_public_v4(v4);
+        return Some(v4);
+    }
+    if seg[..4] == [0, 0, 0, 0] && seg[4] == 0xffff && seg[5] == 0 {
+        return Some(last);
+    }
+    if seg[0] == 0x64 && seg[1] == 0xff9b && (seg[2..6] == [0, 0, 0, 0] || seg[2] == 1) {
+        return Some(last);
+    }
+    if seg[0] == 0x2002 {
+        return Some(Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+    }
+    if seg[0] == 0x2001 && seg[1] == 0 {
+        return Some(Ipv4Addr::new(!o[12], !o[13], !o[14], !o[15]));
+    }
+    None
+}
+
+fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    if let Some(v4) = embedded_v4(ip) {
+        return non_public_v4(v4);
     }
     let seg = ip.segments();
-    // NAT64 well-known prefix 64:ff9b::/96 embeds an IPv4 address.
-    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6] == [0, 0, 0, 0] {
-        let o = ip.octets();
-        return is_public_v4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
-    }
-    // 6to4 2002::/16 embeds an IPv4 address in bits 16..48.
-    if seg[0] == 0x2002 {
-        let o = ip.octets();
-        return is_public_v4(Ipv4Addr::new(o[2], o[3], o[4], o[5]));
-    }
-    !(ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (seg[0] & 0xfe00) == 0xfc00 // unique local
-        || (seg[0] & 0xffc0) == 0xfe80 // link-local
-        || (seg[0] == 0x2001 && seg[1] == 0x0db8) // documentation
-        || seg[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible (deprecated) and ::/96
+    Some(if ip.is_unspecified() {
+        "unspecified"
+    } else if ip.is_loopback() {
+        "loopback"
+    } else if ip.is_multicast() {
+        "multicast"
+    } else if (seg[0] & 0xfe00) == 0xfc00 {
+        "unique local (fc00::/7)"
+    } else if (seg[0] & 0xffc0) == 0xfe80 {
+        "link-local"
+    } else if seg[0] == 0x2001 && seg[1] == 0x0db8 {
+        "documentation"
+    } else if seg[..6] == [0, 0, 0, 0, 0, 0] {
+        "IPv4-compatible (deprecated)"
+    } else {
+        return None;
+    })
 }
 
 /// Checks an endpoint URL without resolving it: `http`/`https` only (`https`
@@ -93,8 +138,10 @@ pub fn check_endpoint_url(raw: &str, allow_private: bool) -> Result<url::Url, St
         }
     };
     if let Some(ip) = ip {
-        if !allow_private && !is_public_ip(ip) {
-            return Err(format!("address {ip} is not a public address"));
+        if let Some(range) = non_public_range(ip).filter(|_| !allow_private) {
+            return Err(format!(
+                "the address is in a {range} range: endpoints must be public addresses"
+            ));
         }
     }
     Ok(url)
@@ -141,8 +188,12 @@ pub async fn check_resolved_host(url: &url::Url, lookup: &Lookup) -> Result<(), 
     let port = url.port_or_known_default().unwrap_or(443);
     let resolved = tokio::time::timeout(Duration::from_secs(2), lookup.resolve(host, port)).await;
     if let Ok(Ok(addrs)) = resolved {
-        if let Some(bad) = addrs.iter().map(|a| a.ip()).find(|ip| !is_public_ip(*ip)) {
-            return Err(format!("{host} resolves to {bad}, not a public address"));
+        // The rule, never the address: a registration must not become a
+        // way to read private DNS.
+        if let Some(range) = addrs.iter().find_map(|a| non_public_range(a.ip())) {
+            return Err(format!(
+                "the host name resolves to a {range} address: endpoints must resolve to public addresses only"
+            ));
         }
     }
     Ok(())
@@ -428,6 +479,11 @@ mod tests {
             "64:ff9b::7f00:1",
             "2002:7f00:1::",
             "::127.0.0.1",
+            "::ffff:0:7f00:1",
+            "::ffff:0:a00:1",
+            "64:ff9b:1::a9fe:a9fe",
+            "2001:0:4136:e378:8000:63bf:80ff:fffe",
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe",
         ] {
             assert!(!is_public_ip(ip.parse().unwrap()), "{ip}");
         }
@@ -439,6 +495,8 @@ mod tests {
             "2606:4700::1111",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
+            "::ffff:0:808:808",
+            "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
         ] {
             assert!(is_public_ip(ip.parse().unwrap()), "{ip}");
         }
