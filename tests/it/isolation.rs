@@ -312,3 +312,101 @@ async fn a_test_event_says_so_inside_its_signed_body() {
         "a test event on moto: delivered body {type, timestamp, data, test: true}, signature verified over it; a real event has no test member",
     );
 }
+
+/// A portal session opened with an app key ends when that key is deleted
+/// (401 from then on); one the admin opened does not. `GET
+/// .../portal-sessions` lists the live ones (id, expires_at, created_at),
+/// never a token; an app has at most 100 live sessions (409
+/// `too_many_sessions`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_sessions_end_with_their_key_and_are_listed_without_tokens() {
+    let stack = Stack::start(&[]).await;
+    let (key_id, key) = stack.new_key("shop").await;
+    let open = |bearer: Option<String>| {
+        let stack = &stack;
+        async move {
+            let (status, body) = match bearer {
+                Some(key) => {
+                    stack
+                        .call_as(&key, "POST", "/v1/apps/shop/portal-sessions", None)
+                        .await
+                }
+                None => {
+                    let (status, _, body) = stack
+                        .call("POST", "/v1/apps/shop/portal-sessions", None, &[])
+                        .await;
+                    (status, body)
+                }
+            };
+            assert_eq!(status, 201, "{body}");
+            (
+                body["id"].as_str().unwrap().to_owned(),
+                body["token"].as_str().unwrap().to_owned(),
+            )
+        }
+    };
+    let (by_key, by_key_token) = open(Some(key.clone())).await;
+    let (by_admin, by_admin_token) = open(None).await;
+    let portal_call = |token: String| {
+        let stack = &stack;
+        async move {
+            stack
+                .call_as(&token, "GET", "/v1/apps/shop/endpoints", None)
+                .await
+                .0
+        }
+    };
+    assert_eq!(portal_call(by_key_token.clone()).await, 200);
+    let (status, list) = stack
+        .call_as(&key, "GET", "/v1/apps/shop/portal-sessions", None)
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let ids: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [by_key.as_str(), by_admin.as_str()]);
+    let text = list.to_string();
+    assert!(
+        !text.contains(&by_key_token) && !text.contains("token"),
+        "{list}"
+    );
+    // The key that opened it is deleted: its session ends with it.
+    let (status, _, _) = stack
+        .call(
+            "DELETE",
+            &format!("/v1/apps/shop/api-keys/{key_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(portal_call(by_key_token).await, 401);
+    assert_eq!(
+        portal_call(by_admin_token).await,
+        200,
+        "the admin's still works"
+    );
+    let (_, _, list) = stack
+        .call("GET", "/v1/apps/shop/portal-sessions", None, &[])
+        .await;
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1), "{list}");
+    // At most 100 live sessions.
+    for _ in 1..100 {
+        open(None).await;
+    }
+    let (status, _, body) = stack
+        .call("POST", "/v1/apps/shop/portal-sessions", None, &[])
+        .await;
+    assert_eq!(
+        (status, error_code(&body).as_deref()),
+        (409, Some("too_many_sessions")),
+        "{body}"
+    );
+    record_figures(
+        "isolation",
+        "portal sessions on moto: one opened with an app key answers 401 once the key is deleted (the admin's keeps working); the list shows the live ones without tokens; the 101st live session -> 409 too_many_sessions",
+    );
+}

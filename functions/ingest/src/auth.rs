@@ -6,7 +6,7 @@
 use subtle::ConstantTimeEq;
 
 use hookline_core::apikey::ApiKey;
-use hookline_core::ids::AppId;
+use hookline_core::ids::{ApiKeyId, AppId};
 use hookline_pipeline::operational::{self, OPERATIONAL_APP};
 use hookline_pipeline::ports::Store;
 use hookline_pipeline::settings::{KeyHash, Settings};
@@ -107,6 +107,18 @@ impl ApiKeys {
         store: &S,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Scope, ApiError> {
+        Ok(self.authenticate_key(header, store, now).await?.0)
+    }
+
+    /// [`Self::authenticate`], with the id of the key presented (`None`:
+    /// the admin key). A portal session opened with an app key ends when
+    /// that key is deleted.
+    pub async fn authenticate_key<S: Store>(
+        &self,
+        header: Option<&str>,
+        store: &S,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(Scope, Option<ApiKeyId>), ApiError> {
         let unauthorized = |m: &str| ApiError::unauthorized(m);
         let header =
             header.ok_or_else(|| unauthorized("missing `Authorization: Bearer <api key>`"))?;
@@ -123,9 +135,23 @@ impl ApiKeys {
                     if record.expired(now) {
                         Err(unauthorized("this portal session has expired"))
                     } else if record.is_portal_session() {
-                        Ok(Scope::Portal(record.app_id))
+                        if let Some(opener) = &record.opened_by {
+                            let alive = store
+                                .get_api_key(opener)
+                                .await
+                                .map_err(ApiError::from)?
+                                .is_some_and(|k| {
+                                    k.app_id == record.app_id && !k.is_portal_session()
+                                });
+                            if !alive {
+                                return Err(unauthorized(
+                                    "the API key that opened this portal session was deleted",
+                                ));
+                            }
+                        }
+                        Ok((Scope::Portal(record.app_id), Some(id)))
                     } else {
-                        Ok(Scope::App(record.app_id))
+                        Ok((Scope::App(record.app_id), Some(id)))
                     }
                 }
                 _ => Err(unauthorized("invalid API key")),
@@ -133,7 +159,7 @@ impl ApiKeys {
         }
         let presented = sha256(token);
         match &self.admin_hash {
-            Some(hash) if bool::from(hash.ct_eq(&presented)) => Ok(Scope::Admin),
+            Some(hash) if bool::from(hash.ct_eq(&presented)) => Ok((Scope::Admin, None)),
             _ => Err(unauthorized("invalid API key")),
         }
     }

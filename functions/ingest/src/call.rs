@@ -21,6 +21,9 @@ pub struct Call<'a> {
     pub rng: &'a mut (dyn RngCore + Send),
     /// The OpenAPI document of the routes (served by `GET /openapi.json`).
     pub document: fn() -> &'static str,
+    /// The API key or portal session that authenticated the call (`None`:
+    /// the admin key, or a public route).
+    pub caller: Option<hookline_core::ids::ApiKeyId>,
 }
 
 /// The path parameters of a matched route.

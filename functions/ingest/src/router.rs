@@ -143,6 +143,7 @@ routes! {
     Admin api_keys::list_api_keys,
     Admin api_keys::delete_api_key,
     AppKey portal_sessions::create_portal_session,
+    AppKey portal_sessions::list_portal_sessions,
     AppKey portal_sessions::delete_portal_session,
     Admin dlq::dlq_status,
     Admin dlq::dlq_redrive,
@@ -271,12 +272,14 @@ pub async fn route<S: Store, Q: Queue>(
                 "method not allowed on this route",
             ),
         })?;
+    let mut caller = None;
     if route.access != Access::Public {
         let header = request
             .headers()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        let scope = api.keys.authenticate(header, &api.store, now).await?;
+        let (scope, key) = api.keys.authenticate_key(header, &api.store, now).await?;
+        caller = key;
         match route.access {
             Access::Admin => scope.require_admin()?,
             Access::AppKey => scope.require_key()?,
@@ -290,6 +293,7 @@ pub async fn route<S: Store, Q: Queue>(
         now,
         rng,
         document,
+        caller,
     };
     dispatch(route.op, api, call).await
 }
@@ -338,7 +342,7 @@ mod tests {
     #[test]
     fn every_route_is_reachable_and_unique() {
         let routes = routes();
-        assert_eq!(routes.len(), 34);
+        assert_eq!(routes.len(), 35);
         for (i, a) in routes.iter().enumerate() {
             for b in &routes[i + 1..] {
                 assert!(

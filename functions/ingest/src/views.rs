@@ -379,6 +379,19 @@ pub struct PortalSessionOut {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A live portal session as listed: never its token.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PortalSessionSummary {
+    pub id: String,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PortalSessionList {
+    pub items: Vec<PortalSessionSummary>,
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ApiKeyList {
     pub items: Vec<ApiKeyOut>,

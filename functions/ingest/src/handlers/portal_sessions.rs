@@ -14,7 +14,10 @@ use lambda_http::http::StatusCode;
 use crate::call::{Answer, Call};
 use crate::error::ApiError;
 use crate::respond::{json, no_content};
-use crate::views::{AppPath, CreatePortalSession, ErrorBody, PortalSessionOut, PortalSessionPath};
+use crate::views::{
+    AppPath, CreatePortalSession, ErrorBody, PortalSessionList, PortalSessionOut,
+    PortalSessionPath, PortalSessionSummary,
+};
 use crate::Api;
 
 /// Opens a portal session for the app's customers (admin key or the app's
@@ -23,7 +26,7 @@ use crate::Api;
 #[utoipa::path(post, path = "/v1/apps/{app_id}/portal-sessions", tag = "portal",
     params(AppPath), request_body(content = CreatePortalSession, description = "optional"),
     responses((status = 201, body = PortalSessionOut), (status = 400, body = ErrorBody),
-        (status = 403, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn create_portal_session<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
     let path: AppPath = call.path()?;
     let req: CreatePortalSession = call.json_or_default()?;
@@ -44,7 +47,23 @@ pub async fn create_portal_session<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>)
             ),
         ));
     }
-    let (record, token) = ApiKey::generate_portal_session(path.app_id, seconds, call.now, call.rng);
+    let live = live_sessions(api, &path.app_id, call.now).await?;
+    if live.len() >= MAX_LIVE_SESSIONS {
+        return Err(ApiError::conflict(
+            "too_many_sessions",
+            format!(
+                "the app has {MAX_LIVE_SESSIONS} live portal sessions: revoke one, or let one end"
+            ),
+        ));
+    }
+    // An app key's session ends with that key (the admin's with its end).
+    let (record, token) = ApiKey::generate_portal_session(
+        path.app_id,
+        seconds,
+        call.caller.clone(),
+        call.now,
+        call.rng,
+    );
     let expires_at = record.portal_until.expect("a portal session has an end");
     api.store.put_api_key(&record).await?;
     tracing::info!(session_id = %record.id, app_id = %record.app_id, %expires_at, "portal session opened");
@@ -63,6 +82,55 @@ pub async fn create_portal_session<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>)
             token,
             url,
             expires_at,
+        },
+    ))
+}
+
+/// Live portal sessions an app may have at once: each is a bearer token
+/// to the app's portal routes, and an app key cannot mint them without end.
+pub const MAX_LIVE_SESSIONS: usize = 100;
+
+/// The app's portal sessions that work now: not past their end, and their
+/// opening key (if an app key) not deleted. Oldest first.
+async fn live_sessions<S: Store, Q>(
+    api: &Api<S, Q>,
+    app: &hookline_core::ids::AppId,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<ApiKey>, ApiError> {
+    let keys = api.store.list_api_keys(app).await?;
+    let app_keys: std::collections::HashSet<_> = keys
+        .iter()
+        .filter(|k| !k.is_portal_session())
+        .map(|k| k.id.clone())
+        .collect();
+    let mut live: Vec<ApiKey> = keys
+        .into_iter()
+        .filter(|k| k.is_portal_session() && !k.expired(now))
+        .filter(|k| k.opened_by.as_ref().is_none_or(|o| app_keys.contains(o)))
+        .collect();
+    live.sort_by_key(|k| k.created_at);
+    Ok(live)
+}
+
+/// The app's live portal sessions (admin key or the app's key), never
+/// their tokens: what can reach the app's portal routes now.
+#[utoipa::path(get, path = "/v1/apps/{app_id}/portal-sessions", tag = "portal",
+    params(AppPath),
+    responses((status = 200, body = PortalSessionList), (status = 403, body = ErrorBody)))]
+pub async fn list_portal_sessions<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
+    let path: AppPath = call.path()?;
+    let live = live_sessions(api, &path.app_id, call.now).await?;
+    Ok(json(
+        StatusCode::OK,
+        &PortalSessionList {
+            items: live
+                .iter()
+                .map(|k| PortalSessionSummary {
+                    id: k.id.to_string(),
+                    expires_at: k.portal_until.expect("a portal session has an end"),
+                    created_at: k.created_at,
+                })
+                .collect(),
         },
     ))
 }

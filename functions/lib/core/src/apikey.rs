@@ -29,6 +29,10 @@ pub struct ApiKey {
     /// A portal session's end; `None` for an API key (no end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub portal_until: Option<DateTime<Utc>>,
+    /// The app key that opened this portal session (`None`: the admin
+    /// key): the session ends when that key is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opened_by: Option<ApiKeyId>,
 }
 
 /// Shortest, default and longest portal session.
@@ -75,20 +79,25 @@ impl ApiKey {
             key_sha256: key_sha256(&key),
             created_at: now,
             portal_until: None,
+            opened_by: None,
         };
         (record, key)
     }
 
     /// A fresh portal session for `app`, valid for `seconds` (checked by
     /// the caller against the `PORTAL_SESSION_*` bounds).
+    /// A portal session of `app_id` for `seconds`, opened with the app key
+    /// `opened_by` (`None`: the admin key).
     pub fn generate_portal_session(
         app_id: AppId,
         seconds: u32,
+        opened_by: Option<ApiKeyId>,
         now: DateTime<Utc>,
         rng: &mut dyn RngCore,
     ) -> (Self, String) {
         let (mut record, token) = Self::generate(app_id, "portal session", now, rng);
         record.portal_until = Some(now + chrono::Duration::seconds(i64::from(seconds)));
+        record.opened_by = opened_by;
         (record, token)
     }
 
@@ -166,7 +175,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(8);
         let now = Utc::now();
         let app = AppId::parse("acme").unwrap();
-        let (record, token) = ApiKey::generate_portal_session(app, 60, now, &mut rng);
+        let (record, token) = ApiKey::generate_portal_session(app, 60, None, now, &mut rng);
         assert!(record.is_portal_session() && record.matches(&token));
         assert_eq!(ApiKey::id_of(&token), Some(record.id.clone()));
         assert!(!record.expired(now + chrono::Duration::seconds(59)));
