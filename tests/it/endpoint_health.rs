@@ -85,7 +85,7 @@ async fn custom_headers_arrive_on_every_attempt_sealed_at_rest_masked_in_answers
         .and_then(|h| h.get("Authorization"))
         .and_then(|v| v.as_s().ok())
         .expect("the endpoint item has its headers");
-    assert!(stored.starts_with("sealed:v1:"), "sealed under the KMS key");
+    assert!(stored.starts_with("sealed:v2:"), "sealed under the KMS key");
     let stream = stack.next_stream_event().await.unwrap().to_string();
     assert!(
         !stream.contains("tok_9f8e7d6c5b4a3"),

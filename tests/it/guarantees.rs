@@ -711,12 +711,12 @@ async fn endpoint_secrets_are_sealed_at_rest() {
         .await
         .unwrap();
     let stored = item["secret"].as_s().unwrap();
-    assert!(stored.starts_with("sealed:v1:"), "{stored}");
+    assert!(stored.starts_with("sealed:v2:"), "{stored}");
     let previous = item["previous_secrets"].as_l().unwrap();
     assert!(previous[0].as_m().unwrap()["secret"]
         .as_s()
         .unwrap()
-        .starts_with("sealed:v1:"));
+        .starts_with("sealed:v2:"));
     // Nowhere in the table (a scan stands for an export) or its stream.
     let scan = stack.scan().await;
     let dump = format!("{scan:?}");
@@ -790,26 +790,80 @@ async fn endpoint_secrets_are_sealed_at_rest() {
         "a secret copied to another endpoint must not open"
     );
 
-    // A legacy item (written before sealing) is read as it is.
+    // A plaintext value where a sealed one is expected is corrupt (a store
+    // with no KMS key wrote it): nothing is read as plaintext.
     let plain_store = DynamoStore::new(
         &stack.clients,
         stack.settings.table.clone(),
         stack.settings.retention,
     );
-    let mut legacy = read.clone();
-    legacy.id = EndpointId::generate();
+    let mut plain = read.clone();
+    plain.id = EndpointId::generate();
     plain_store
         .put_endpoint(
-            &legacy,
+            &plain,
             hookline_pipeline::settings::MAX_ENDPOINTS_PER_APP_CEILING,
         )
         .await
         .unwrap();
-    let back = fresh.get_endpoint(&app, &legacy.id).await.unwrap().unwrap();
-    assert_eq!(back.secret.expose(), new_secret);
+    let refused = fresh.get_endpoint(&app, &plain.id).await;
+    assert!(
+        matches!(&refused, Err(hookline_pipeline::PipelineError::Corrupt(m)) if m.contains("not sealed")),
+        "{refused:?}"
+    );
+
+    // A sealed header value moved to another header of the same item does
+    // not open, nor does the whole item copied under another app's key.
+    let (status, _) = stack
+        .endpoint_call(
+            "PATCH",
+            "shop",
+            &ep,
+            "",
+            Some(json!({"headers": {"Authorization": "Bearer kept-secret"}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let item = raw_item(&stack, "APP#shop", &format!("EP#{ep}"))
+        .await
+        .unwrap();
+    let sealed_header = item["headers"].as_m().unwrap()["Authorization"].clone();
+    assert!(sealed_header.as_s().unwrap().starts_with("sealed:v2:"));
+    let mut copy = item.clone();
+    copy.insert("PK".into(), AttributeValue::S("APP#other".into()));
+    stack
+        .clients
+        .dynamodb
+        .put_item()
+        .table_name(&stack.settings.table)
+        .set_item(Some(copy))
+        .send()
+        .await
+        .expect("PutItem on moto");
+    let other_app = AppId::parse("other").unwrap();
+    assert!(
+        fresh.get_endpoint(&other_app, &ep_id).await.is_err(),
+        "an item copied under another app's key must not open"
+    );
+    stack
+        .set_attribute(
+            "APP#shop",
+            &format!("EP#{ep}"),
+            "headers",
+            AttributeValue::M(std::collections::HashMap::from([(
+                "X-Debug".to_owned(),
+                sealed_header,
+            )])),
+        )
+        .await;
+    let moved_header = fresh.get_endpoint(&app, &ep_id).await;
+    assert!(
+        moved_header.is_err(),
+        "a sealed header moved to another header must not open"
+    );
     record_figures(
         "secrets",
-        "endpoint secrets at rest: sealed under the KMS key (AES-256-GCM data keys, endpoint id as associated data); 0 of 2 secrets readable in a table scan or the stream; a sealed secret moved to another endpoint does not open",
+        "endpoint secrets at rest: sealed under the KMS key (AES-256-GCM data keys, the item's table key and the field as associated data); 0 of 2 secrets readable in a table scan or the stream; a sealed value moved to another endpoint, to another header of its item, or copied with its item under another app's key does not open; a plaintext value is refused as corrupt",
     );
 }
 

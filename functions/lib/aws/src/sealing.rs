@@ -1,18 +1,20 @@
 //! Endpoint signing secrets at rest: envelope encryption under a KMS key.
 //!
 //! A table export, a backup, a stream consumer or anyone with `GetItem` sees
-//! `sealed:v1:{encrypted data key}:{nonce}:{ciphertext}` instead of a
+//! `sealed:v2:{encrypted data key}:{nonce}:{ciphertext}` instead of a
 //! `whsec_...` secret. The data key is a KMS `GenerateDataKey` AES-256 key,
 //! reused for the secrets one process writes for [`DATA_KEY_LIFETIME`] (so
 //! reading many endpoints costs one KMS `Decrypt` per data key, not per
 //! endpoint); the plaintext data keys a process has seen are cached for its
 //! life (decrypt once per container). AES-256-GCM with a random 96-bit
-//! nonce; the endpoint's id is the associated data, so a sealed secret copied
-//! onto another endpoint does not open. KMS requests carry an encryption
-//! context (`purpose`), so the key policy can limit what the data keys are for.
-//!
-//! Items written before sealing existed hold plaintext secrets: they are read
-//! as they are and sealed on their next write.
+//! nonce; the associated data is the value's place ([`Place`]: the item's
+//! table key and the field), so a sealed value moved to another field (a
+//! header's value under another name, a previous secret as the current
+//! one) or copied onto another item (another endpoint, another app's) does
+//! not open. A value without the sealed prefix where a sealed one is
+//! expected is refused as corrupt: nothing is read as plaintext. KMS
+//! requests carry an encryption context (`purpose`), so the key policy can
+//! limit what the data keys are for.
 
 use hookline_core::sync::lock;
 use std::collections::HashMap;
@@ -31,7 +33,23 @@ use crate::kms_http::KmsHttp;
 
 /// How long one data key seals new secrets before a fresh one is asked for.
 pub const DATA_KEY_LIFETIME: Duration = Duration::from_secs(15 * 60);
-const PREFIX: &str = "sealed:v1:";
+const PREFIX: &str = "sealed:v2:";
+
+/// Where a sealed value lives: its item's table key and its field (`secret`,
+/// `previous_secrets`, `headers.{name}`), bound as associated data.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub pk: &'a str,
+    pub sk: &'a str,
+    pub field: &'a str,
+}
+
+impl Place<'_> {
+    /// The associated data: the parts joined by NUL (none holds one).
+    fn associated_data(&self) -> Vec<u8> {
+        [self.pk, self.sk, self.field].join("\0").into_bytes()
+    }
+}
 const CONTEXT_KEY: &str = "purpose";
 const CONTEXT_VALUE: &str = "hookline-endpoint-secret";
 
@@ -72,7 +90,7 @@ fn key_bytes(plaintext: &[u8]) -> Result<[u8; 32], PipelineError> {
         .map_err(|_| corrupt("KMS returned no 256-bit data key"))
 }
 
-/// Whether `text` is a sealed secret (rather than a legacy plaintext one).
+/// Whether `text` is a sealed value (a plaintext one is corrupt).
 pub fn is_sealed(text: &str) -> bool {
     text.starts_with(PREFIX)
 }
@@ -148,8 +166,8 @@ impl SecretSealer {
         Ok(())
     }
 
-    /// Seals `secret` for the endpoint `owner` (its id, bound as associated data).
-    pub async fn seal(&self, secret: &str, owner: &str) -> Result<String, PipelineError> {
+    /// Seals `secret` for its `place` (bound as associated data).
+    pub async fn seal(&self, secret: &str, place: Place<'_>) -> Result<String, PipelineError> {
         let key = self.data_key().await?;
         let mut nonce = [0u8; 12];
         rand::thread_rng().fill_bytes(&mut nonce);
@@ -159,7 +177,7 @@ impl SecretSealer {
                 Nonce::from_slice(&nonce),
                 Payload {
                     msg: secret.as_bytes(),
-                    aad: owner.as_bytes(),
+                    aad: &place.associated_data(),
                 },
             )
             .map_err(|_| corrupt("encryption failed"))?;
@@ -171,11 +189,14 @@ impl SecretSealer {
         ))
     }
 
-    /// Opens a sealed secret of the endpoint `owner`; a legacy plaintext
-    /// secret is returned unchanged.
-    pub async fn open(&self, stored: &str, owner: &str) -> Result<String, PipelineError> {
+    /// Opens a value sealed for `place`; anything else (a plaintext value,
+    /// a value sealed for another place, tampered bytes) is corrupt.
+    pub async fn open(&self, stored: &str, place: Place<'_>) -> Result<String, PipelineError> {
         let Some(rest) = stored.strip_prefix(PREFIX) else {
-            return Ok(stored.to_owned());
+            return Err(corrupt(format!(
+                "the {} field holds a value that is not sealed",
+                place.field
+            )));
         };
         let parts: Vec<&str> = rest.split(':').collect();
         let [edk, nonce, sealed] = parts.as_slice() else {
@@ -192,10 +213,15 @@ impl SecretSealer {
                 Nonce::from_slice(&nonce),
                 Payload {
                     msg: &sealed,
-                    aad: owner.as_bytes(),
+                    aad: &place.associated_data(),
                 },
             )
-            .map_err(|_| corrupt("does not open (tampered, or another endpoint's)"))?;
+            .map_err(|_| {
+                corrupt(format!(
+                    "the {} field does not open (tampered, or sealed for another field or item)",
+                    place.field
+                ))
+            })?;
         String::from_utf8(plain).map_err(|_| corrupt("not UTF-8"))
     }
 

@@ -29,7 +29,7 @@ use crate::dynamo_http::{DynamoHttp, Put, Query};
 use crate::error::{condition_failed, corrupt, direct_error, store_error};
 use crate::outbox;
 use crate::schema::{self, KeyedEvent, *};
-use crate::sealing::SecretSealer;
+use crate::sealing::{Place, SecretSealer};
 
 /// The DynamoDB store. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -218,9 +218,15 @@ impl DynamoStore {
     ) -> Result<HashMap<String, AttributeValue>> {
         let mut item = into_sdk(schema::endpoint_item(endpoint)?);
         if let Some(sealer) = &self.sealer {
-            let owner = endpoint.id.as_str();
-            map_secrets(&mut item, |plain| async move {
-                sealer.seal(&plain, owner).await
+            let (pk, sk) = (app_pk(&endpoint.app_id), endpoint_sk(&endpoint.id));
+            let (pk, sk) = (pk.as_str(), sk.as_str());
+            map_secrets(&mut item, |plain, field| async move {
+                let place = Place {
+                    pk,
+                    sk,
+                    field: &field,
+                };
+                sealer.seal(&plain, place).await
             })
             .await?;
         }
@@ -232,17 +238,25 @@ impl DynamoStore {
         &self,
         mut item: HashMap<String, AttributeValue>,
     ) -> Result<Endpoint> {
-        // The id is the sealed secrets' associated data: no id, no secret.
-        let owner = item
-            .get("id")
-            .and_then(|v| v.as_s().ok())
-            .cloned()
-            .ok_or_else(|| corrupt("endpoint item", "no id"))?;
+        // The table key is the sealed values' associated data: the item
+        // must be where it was written.
+        let key = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .ok_or_else(|| corrupt("endpoint item", format!("no {name}")))
+        };
+        let (pk, sk) = (key(PK)?, key(SK)?);
         match &self.sealer {
             Some(sealer) => {
-                let owner = owner.as_str();
-                map_secrets(&mut item, |stored| async move {
-                    sealer.open(&stored, owner).await
+                let (pk, sk) = (pk.as_str(), sk.as_str());
+                map_secrets(&mut item, |stored, field| async move {
+                    let place = Place {
+                        pk,
+                        sk,
+                        field: &field,
+                    };
+                    sealer.open(&stored, place).await
                 })
                 .await?;
             }
@@ -2578,27 +2592,29 @@ fn stored_secrets(item: &HashMap<String, AttributeValue>) -> Vec<&str> {
 /// Rewrites every secret of an endpoint item (`secret`, `secret` of each
 /// `previous_secrets` entry, each custom header value) through `f` (seal or
 /// open).
+/// Applies `f` (seal or open) to every secret value of an endpoint item,
+/// with the field it is in: `secret`, `previous_secrets`, `headers.{name}`.
 async fn map_secrets<F, Fut>(item: &mut HashMap<String, AttributeValue>, f: F) -> Result<()>
 where
-    F: Fn(String) -> Fut,
+    F: Fn(String, String) -> Fut,
     Fut: std::future::Future<Output = Result<String>>,
 {
     if let Some(AttributeValue::S(secret)) = item.get_mut("secret") {
-        *secret = f(std::mem::take(secret)).await?;
+        *secret = f(std::mem::take(secret), "secret".to_owned()).await?;
     }
     if let Some(AttributeValue::L(previous)) = item.get_mut("previous_secrets") {
         for entry in previous.iter_mut() {
             if let AttributeValue::M(fields) = entry {
                 if let Some(AttributeValue::S(secret)) = fields.get_mut("secret") {
-                    *secret = f(std::mem::take(secret)).await?;
+                    *secret = f(std::mem::take(secret), "previous_secrets".to_owned()).await?;
                 }
             }
         }
     }
     if let Some(AttributeValue::M(headers)) = item.get_mut("headers") {
-        for value in headers.values_mut() {
+        for (name, value) in headers.iter_mut() {
             if let AttributeValue::S(text) = value {
-                *text = f(std::mem::take(text)).await?;
+                *text = f(std::mem::take(text), format!("headers.{name}")).await?;
             }
         }
     }
