@@ -217,6 +217,34 @@ async function main() {
   await page.screenshot({ path: shot, fullPage: true });
   check(true, "screenshot saved: " + shot);
 
+  // A link to another app's portal does not move this tab there by itself:
+  // the page asks; staying keeps this app's session; switching needs the
+  // click. (A customer could otherwise be sent into someone else's app.)
+  const otherSession = await admin("POST", "/v1/apps/other/portal-sessions", {});
+  check(otherSession.status === 201, "a portal session of another app");
+  const switchAsked = async () => {
+    await page.goto(otherSession.body.url);
+    await page.waitForSelector("#switch:not(.hidden)", { timeout: 10_000 });
+    check(page.url() === base + "/portal", "the other link's token is taken out of the address bar");
+    check((await page.textContent("#switch-message")).includes("\u201cother\u201d")
+      && await page.textContent("#app-name") === APP, "the page asks before switching, still on " + APP);
+  };
+  await switchAsked();
+  await page.click("#switch-no");
+  await page.waitForSelector("#switch", { state: "hidden" });
+  const kept = await page.evaluate(() => JSON.parse(sessionStorage.getItem("hookline.portal")).app);
+  check(kept === APP && await page.textContent("#app-name") === APP, "staying keeps this tab's session: " + kept);
+  await switchAsked();
+  await page.click("#switch-yes");
+  await page.waitForFunction(() => document.querySelector("#app-name").textContent === "other"
+    && document.querySelector("#endpoints").textContent.includes("another customer"), null, { timeout: 15_000 });
+  check(true, "switching takes the click: the other app's endpoints are shown");
+  // Back to this app the same way.
+  await page.goto(session.body.url);
+  await page.waitForSelector("#switch:not(.hidden)", { timeout: 10_000 });
+  await page.click("#switch-yes");
+  await page.waitForFunction((app) => document.querySelector("#app-name").textContent === app, APP, { timeout: 15_000 });
+
   // Revoked by the operator: the page signs out on its next refresh, the
   // token is refused.
   const revoked = await admin("DELETE", `/v1/apps/${APP}/portal-sessions/${session.body.id}`);
@@ -239,7 +267,7 @@ async function main() {
   check(unexpected.length === 0 && refusals >= 4 && refusals <= 8,
     `no console errors but the ${refusals} provoked refusals` + (unexpected.length ? ": " + unexpected.join("; ") : ""));
   writeFileSync(path.join(outDir, "portal.txt"),
-    `portal browser test: signed in by the link (token out of the address bar), catalog with schema and example, endpoint created by the form (bad URL and unknown type refused), secret shown once, test event received and verified by a loopback receiver (example body, custom headers), log shows it delivered with its attempt, health 100%, secret rotated (both sign during the overlap), resent by keyboard + click (same webhook-id), edited (rate limit, masked credential kept), disabled + enabled, replay missed (1 then 0), revoked by the operator -> signed out, token 401; screenshots ${shot}, ${shot2}\n`);
+    `portal browser test: signed in by the link (token out of the address bar), catalog with schema and example, endpoint created by the form (bad URL and unknown type refused), secret shown once, test event received and verified by a loopback receiver (example body, custom headers), log shows it delivered with its attempt, health 100%, secret rotated (both sign during the overlap), resent by keyboard + click (same webhook-id), edited (rate limit, masked credential kept), disabled + enabled, replay missed (1 then 0), another app's link asks before switching (stay keeps the session, switch takes the click), revoked by the operator -> signed out, token 401; screenshots ${shot}, ${shot2}\n`);
 }
 
 await run("portal", main);

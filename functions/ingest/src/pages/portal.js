@@ -13,20 +13,53 @@ const state = { app: "", endpoints: new Map(), catalog: [], cursor: null, items:
 const appPath = () => "/v1/apps/" + encodeURIComponent(state.app);
 const endpointPath = (id) => appPath() + "/endpoints/" + encodeURIComponent(id);
 
-// The link's fragment, once: stored for this tab, then removed from the
-// address bar and history (so a copied address or a screenshot shows no token).
+// A link to another app's portal met while this tab is signed in: held
+// (never stored) until the user chooses, so a link cannot silently move
+// the tab into someone else's app (where a customer would then register
+// its receivers and credentials).
+let pending = null;
+
+function savedSession() {
+  try {
+    const saved = JSON.parse(sessionStorage.getItem(STORE) || "null");
+    return saved && saved.token && saved.app ? saved : null;
+  } catch (_) { sessionStorage.removeItem(STORE); return null; }
+}
+
+// The link's fragment, once: removed from the address bar and history (so a
+// copied address or a screenshot shows no token), then stored for this tab,
+// unless the tab is signed in to another app: then the user is asked.
 function signInFromLink() {
   const fragment = new URLSearchParams(location.hash.slice(1));
   const token = fragment.get("token"), app = fragment.get("app");
   if (token && app) {
-    sessionStorage.setItem(STORE, JSON.stringify({ token, app }));
-    sessionStorage.removeItem(ENDED);
     history.replaceState(null, "", location.pathname + location.search);
+    const current = savedSession();
+    if (current && current.app !== app) {
+      pending = { token, app };
+      $("switch-message").textContent = "This link opens the webhooks portal of \u201c" + app
+        + "\u201d. This tab is signed in to \u201c" + current.app + "\u201d. Switch to \u201c" + app
+        + "\u201d? Only switch if you expected this link.";
+      $("switch").classList.remove("hidden");
+    } else {
+      sessionStorage.setItem(STORE, JSON.stringify({ token, app }));
+      sessionStorage.removeItem(ENDED);
+    }
   }
-  try {
-    const saved = JSON.parse(sessionStorage.getItem(STORE) || "null");
-    if (saved && saved.token && saved.app) { auth.key = saved.token; state.app = saved.app; }
-  } catch (_) { sessionStorage.removeItem(STORE); }
+  const saved = savedSession();
+  if (saved) { auth.key = saved.token; state.app = saved.app; }
+}
+
+function answerSwitch(accept) {
+  const link = pending;
+  pending = null;
+  $("switch").classList.add("hidden");
+  if (!accept || !link) return;
+  sessionStorage.setItem(STORE, JSON.stringify(link));
+  sessionStorage.removeItem(ENDED);
+  clearInterval(state.timer);
+  Object.assign(state, { endpoints: new Map(), cursor: null, items: [], selected: null, editing: null, testFor: "" });
+  start();
 }
 
 function signOut(message) {
@@ -445,5 +478,7 @@ $("f-status").addEventListener("change", () => { state.selected = null; refresh(
 $("filters").addEventListener("submit", (e) => e.preventDefault());
 $("more").addEventListener("click", () => loadDeliveries(true).catch((e) => failed("Load more", e)));
 $("signout").addEventListener("click", () => signOut("Signed out. Open the portal link again to come back."));
+$("switch-no").addEventListener("click", () => answerSwitch(false));
+$("switch-yes").addEventListener("click", () => answerSwitch(true));
 window.addEventListener("hashchange", () => { if (location.hash.includes("token=")) start(); });
 start();
