@@ -57,9 +57,9 @@ function answerSwitch(accept) {
   if (!accept || !link) return;
   sessionStorage.setItem(STORE, JSON.stringify(link));
   sessionStorage.removeItem(ENDED);
-  clearInterval(state.timer);
-  Object.assign(state, { endpoints: new Map(), cursor: null, items: [], selected: null, editing: null, testFor: "" });
-  start();
+  // A fresh page for the other app: nothing of this one (a refresh in
+  // flight, a selected delivery) carries over.
+  location.reload();
 }
 
 function signOut(message) {

@@ -294,6 +294,28 @@ impl DynamoStore {
         self.serial.guard().await
     }
 
+    /// Puts `item` if it is new (`expected`: `None`) or its attribute still
+    /// holds the value expected; `Ok(false)`: nothing written.
+    async fn put_if(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        expected: Option<(&str, AttributeValue)>,
+    ) -> Result<bool> {
+        let _g = self.guard().await;
+        let request = self
+            .client()
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let request = match expected {
+            None => request.condition_expression("attribute_not_exists(PK)"),
+            Some((name, value)) => request
+                .condition_expression(format!("{name} = :expected"))
+                .expression_attribute_values(":expected", value),
+        };
+        condition_to_bool(request.send().await, "PutItem")
+    }
+
     /// Writes an item that must not exist yet (create-only).
     async fn put_new(&self, item: Item) -> Result<()> {
         let _g = self.guard().await;
@@ -2462,21 +2484,8 @@ impl Store for DynamoStore {
             &slot,
             self.retention,
         ));
-        let _g = self.guard().await;
-        let request = self
-            .client()
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item));
-        let request = match held_by {
-            None => request.condition_expression("attribute_not_exists(PK)"),
-            Some(held) => request
-                .condition_expression("replay_id = :held")
-                .expression_attribute_values(":held", s(held.as_str())),
-        };
-        let taken = condition_to_bool(request.send().await, "PutItem")?;
-        drop(_g);
-        if taken {
+        let held_by = held_by.map(|held| ("replay_id", s(held.as_str())));
+        if self.put_if(item, held_by).await? {
             return Ok(true);
         }
         // This very write, applied by a try whose answer was lost?
@@ -2492,21 +2501,8 @@ impl Store for DynamoStore {
 
     async fn put_replay(&self, replay: &Replay, expected_version: Option<u64>) -> Result<bool> {
         let item = into_sdk(schema::replay_item(replay, self.retention)?);
-        let _g = self.guard().await;
-        let request = self
-            .client()
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item));
-        let request = match expected_version {
-            None => request.condition_expression("attribute_not_exists(PK)"),
-            Some(version) => request
-                .condition_expression("version = :expected")
-                .expression_attribute_values(":expected", AttributeValue::N(version.to_string())),
-        };
-        let written = condition_to_bool(request.send().await, "PutItem")?;
-        drop(_g);
-        if written {
+        let expected = expected_version.map(|v| ("version", AttributeValue::N(v.to_string())));
+        if self.put_if(item, expected).await? {
             return Ok(true);
         }
         // This very write, applied by a try whose answer was lost?

@@ -782,6 +782,22 @@ mod tests {
         SHIFT_MS.store(delta, Ordering::SeqCst);
     }
 
+    /// An endpoint of app `a` at `url`, created in `store` at `now`.
+    async fn stored_endpoint(store: &MemoryStore, url: &str, now: DateTime<Utc>) -> Endpoint {
+        let ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("a").unwrap(),
+            url,
+            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            now,
+        );
+        assert!(store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap());
+        ep
+    }
+
     /// A pending delivery of a new event (`{"n": n}`) to `ep`, both in
     /// `store`.
     fn seeded_delivery(
@@ -832,18 +848,7 @@ mod tests {
         )
         .with_clock(lag_clock);
         let now = Utc::now();
-        let ep = Endpoint::new(
-            EndpointId::generate(),
-            AppId::parse("a").unwrap(),
-            "https://example.com/hook",
-            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
-            now,
-        );
-        deliverer
-            .store
-            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
-            .await
-            .unwrap();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/hook", now).await;
         let mut n = 0;
         let mut late_by = |minutes: i64| {
             n += 1;
@@ -897,18 +902,7 @@ mod tests {
             Settings::for_tests(&[]).unwrap(),
         );
         let now = Utc::now();
-        let ep = Endpoint::new(
-            EndpointId::generate(),
-            AppId::parse("a").unwrap(),
-            "https://example.com/old",
-            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
-            now,
-        );
-        deliverer
-            .store
-            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
-            .await
-            .unwrap();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/old", now).await;
         let delivery = |n: usize| {
             let d = seeded_delivery(&deliverer.store, &ep, n, now);
             message_for(&d, now).unwrap().0
@@ -1082,18 +1076,7 @@ mod tests {
             Settings::for_tests(&[]).unwrap(),
         );
         let now = Utc::now();
-        let ep = Endpoint::new(
-            EndpointId::generate(),
-            AppId::parse("a").unwrap(),
-            "https://example.com/hook",
-            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
-            now,
-        );
-        deliverer
-            .store
-            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
-            .await
-            .unwrap();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/hook", now).await;
         let event = Event::new(
             EventId::new_fanout_base(now, &mut rand::thread_rng()),
             ep.app_id.clone(),
@@ -1196,18 +1179,7 @@ mod tests {
         );
         let t0 = chrono::Utc::now();
         let at = |ms: i64| t0 + chrono::Duration::milliseconds(ms);
-        let ep = Endpoint::new(
-            EndpointId::generate(),
-            AppId::parse("a").unwrap(),
-            "https://example.com/hook",
-            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
-            t0,
-        );
-        deliverer
-            .store
-            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
-            .await
-            .unwrap();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/hook", t0).await;
         let current = || deliverer.store.endpoint(&ep.id).unwrap();
         // The settle period is a tenth of 3 s.
         assert_eq!(

@@ -374,6 +374,25 @@ mod tests {
         }
     }
 
+    /// A start at `now` (seconds) with the inline budget.
+    async fn try_start(
+        store: &MemoryStore,
+        ep: &Endpoint,
+        req: &ReplayRequest,
+        now: i64,
+    ) -> Result<Replay, PipelineError> {
+        start_replay(
+            store,
+            ep,
+            req,
+            || at(now),
+            INLINE_BUDGET,
+            RETENTION,
+            &mut rng(),
+        )
+        .await
+    }
+
     async fn start(
         store: &MemoryStore,
         ep: &Endpoint,
@@ -547,16 +566,7 @@ mod tests {
         event(&store, &app(), "order.paid", 10, &[]);
         let first = start(&store, &ep, &request(0, None), Duration::ZERO).await;
         assert!(!first.complete);
-        let refused = start_replay(
-            &store,
-            &ep,
-            &request(0, None),
-            || at(1000),
-            INLINE_BUDGET,
-            RETENTION,
-            &mut rng(),
-        )
-        .await;
+        let refused = try_start(&store, &ep, &request(0, None), 1000).await;
         assert!(
             matches!(
                 &refused,
@@ -578,27 +588,9 @@ mod tests {
             .take_replay_slot(&app(), &ep.id, &lost, Some(&second.id), at(2000))
             .await
             .unwrap());
-        let too_soon = start_replay(
-            &store,
-            &ep,
-            &request(0, None),
-            || at(2030),
-            INLINE_BUDGET,
-            RETENTION,
-            &mut rng(),
-        )
-        .await;
+        let too_soon = try_start(&store, &ep, &request(0, None), 2030).await;
         assert!(too_soon.is_err(), "within a minute it may still be storing");
-        let later = start_replay(
-            &store,
-            &ep,
-            &request(0, None),
-            || at(2100),
-            INLINE_BUDGET,
-            RETENTION,
-            &mut rng(),
-        )
-        .await;
+        let later = try_start(&store, &ep, &request(0, None), 2100).await;
         assert!(later.is_ok(), "{later:?}");
     }
 
@@ -614,16 +606,7 @@ mod tests {
             .unwrap();
         event(&store, &app(), "order.paid", 10, &[]);
         ep.disabled = true;
-        let refused = start_replay(
-            &store,
-            &ep,
-            &request(0, None),
-            || at(1000),
-            INLINE_BUDGET,
-            RETENTION,
-            &mut rng(),
-        )
-        .await;
+        let refused = try_start(&store, &ep, &request(0, None), 1000).await;
         assert!(
             matches!(refused, Err(PipelineError::Conflict(_))),
             "{refused:?}"
@@ -636,16 +619,7 @@ mod tests {
         assert!(stopped.complete);
         assert_eq!(stopped.stopped.as_deref(), Some("endpoint deleted"));
         assert_eq!(stopped.replayed, 0);
-        let bad = start_replay(
-            &store,
-            &ep,
-            &request(2000, None),
-            || at(1000),
-            INLINE_BUDGET,
-            RETENTION,
-            &mut rng(),
-        )
-        .await;
+        let bad = try_start(&store, &ep, &request(2000, None), 1000).await;
         assert!(matches!(
             bad,
             Err(PipelineError::Invalid {
