@@ -61,6 +61,10 @@ const EARLY_SLACK_MS: i64 = 500;
 /// A process reports how late it receives due messages at most this often
 /// (one small write; none while messages arrive on time).
 pub const QUEUE_LAG_REPORT_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+/// A period's lateness is reported only from this many messages: a backlog
+/// is many late messages, not one (a lone old message, say one redriven
+/// as it was, must not make the reconciler lenient).
+pub const QUEUE_LAG_MIN_MESSAGES: u32 = 10;
 
 /// How long a failure streak lasts at least once begun: a 2xx within it
 /// does not clear `failing_since` (see [`Deliverer::track_health`]). Each
@@ -90,12 +94,14 @@ pub struct Deliverer<S, Q, H> {
     lateness: Mutex<Lateness>,
 }
 
-/// The latest a due message was received past its due time since the
-/// last report, and when that was.
+/// How late due messages were received over the current period: the
+/// least late of them (every message received was at least this late: the
+/// queue's backlog, robust to a lone outlier), how many, since when.
 #[derive(Debug, Default)]
 struct Lateness {
-    worst: chrono::TimeDelta,
-    reported_at: Option<DateTime<Utc>>,
+    least: Option<chrono::TimeDelta>,
+    seen: u32,
+    since: Option<DateTime<Utc>>,
 }
 
 impl<S, Q, H> std::fmt::Debug for Deliverer<S, Q, H> {
@@ -158,39 +164,38 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         self.report_queue_lag().await;
     }
 
-    /// Records how late due messages are received, when that is half of
-    /// `WEBHOOKS_RECONCILE_AFTER` or more (a backlog the reconciler must
-    /// not copy: [`crate::reconcile`]), at most every
-    /// [`QUEUE_LAG_REPORT_EVERY`]. A failed write is logged: the figure is
+    /// Once per [`QUEUE_LAG_REPORT_EVERY`]: records how late due messages
+    /// were received over the period, when every one of at least
+    /// [`QUEUE_LAG_MIN_MESSAGES`] was half of `WEBHOOKS_RECONCILE_AFTER`
+    /// late or more (a backlog the reconciler must not copy:
+    /// [`crate::reconcile`]). A failed write is logged: the figure is
     /// advisory.
     async fn report_queue_lag(&self) {
         let now = (self.clock)();
-        let worst = {
+        let least = {
             let mut lateness = lock(&self.lateness);
-            if lateness
-                .reported_at
-                .is_some_and(|at| now - at < QUEUE_LAG_REPORT_EVERY)
-            {
+            let since = *lateness.since.get_or_insert(now);
+            if now - since < QUEUE_LAG_REPORT_EVERY {
                 return;
             }
-            let worst = std::mem::take(&mut lateness.worst);
-            let Ok(worst) = worst.to_std() else {
+            let period = std::mem::take(&mut *lateness);
+            lateness.since = Some(now);
+            let Some(Ok(least)) = period.least.map(|l| l.to_std()) else {
                 return;
             };
-            if worst < self.settings.reconcile_after / 2 {
+            if period.seen < QUEUE_LAG_MIN_MESSAGES || least < self.settings.reconcile_after / 2 {
                 return;
             }
-            lateness.reported_at = Some(now);
-            worst
+            least
         };
         let lag = QueueLag {
             observed_at: now,
-            lag: worst,
+            lag: least,
         };
         match self.store.record_queue_lag(&lag).await {
             Ok(()) => {
                 tracing::warn!(
-                    lag_seconds = worst.as_secs(),
+                    lag_seconds = least.as_secs(),
                     "due messages are received late: the delivery queue has a backlog"
                 );
             }
@@ -305,7 +310,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         }
         {
             let mut lateness = lock(&self.lateness);
-            lateness.worst = lateness.worst.max(now - message.not_before);
+            let late = now - message.not_before;
+            lateness.least = Some(lateness.least.map_or(late, |least| least.min(late)));
+            lateness.seen += 1;
         }
         // A listed delivery's first attempt: the message says all its event
         // would; only an item written meanwhile can say otherwise (an
@@ -836,10 +843,12 @@ mod tests {
     }
 
     /// Window (e)'s other half: deliver records how late it receives due
-    /// messages once that is half of `WEBHOOKS_RECONCILE_AFTER` (15 min)
-    /// or more, at most every 30 s per process; on time, nothing is written.
+    /// messages once per 30 s period, when all of at least 10 messages of
+    /// the period were half of `WEBHOOKS_RECONCILE_AFTER` (15 min) late or
+    /// more: a lone old message, fewer than 10, or one on time among them
+    /// record nothing.
     #[tokio::test]
-    async fn late_messages_record_the_queue_lag_at_most_every_30_s() {
+    async fn a_backlog_records_the_queue_lag_once_per_period() {
         let deliverer = Deliverer::new(
             MemoryStore::default(),
             MemoryQueue::default(),
@@ -858,12 +867,34 @@ mod tests {
             message.not_before = due;
             serde_json::to_string(&message).unwrap()
         };
-        let batch = [late_by(0), late_by(5)];
-        let bodies: Vec<&str> = batch.iter().map(String::as_str).collect();
-        assert!(deliverer.handle_batch(&bodies).await.is_empty());
-        assert_eq!(deliverer.store.queue_lag_writes(), 0, "on time enough");
-        let late = late_by(20);
-        assert!(deliverer.handle_batch(&[&late]).await.is_empty());
+        let period = |bodies: Vec<String>, shift_s: i64| {
+            LAG_SHIFT_MS.store(shift_s * 1000, Ordering::SeqCst);
+            bodies
+        };
+        let deliverer = &deliverer;
+        let run = |bodies: Vec<String>| async move {
+            let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+            assert!(deliverer.handle_batch(&refs).await.is_empty());
+        };
+        // A lone message days late, then a period's end: nothing (one is
+        // not a backlog).
+        run(period(vec![late_by(5 * 24 * 60)], 0)).await;
+        run(period(vec![], 31)).await;
+        assert_eq!(deliverer.store.queue_lag_writes(), 0, "a lone old message");
+        // Ten late by 20 to 29 minutes and one on time: not a backlog.
+        let mut bodies: Vec<String> = (20..30).map(&mut late_by).collect();
+        bodies.push(late_by(0));
+        run(period(bodies, 40)).await;
+        run(period(vec![], 72)).await;
+        assert_eq!(
+            deliverer.store.queue_lag_writes(),
+            0,
+            "one on time among them"
+        );
+        // Ten all late by 20 minutes or more: recorded, the least of them.
+        run(period((20..30).map(&mut late_by).collect(), 80)).await;
+        run(period(vec![], 112)).await;
+        assert_eq!(deliverer.store.queue_lag_writes(), 1);
         let lag = deliverer
             .store
             .queue_lag()
@@ -871,22 +902,14 @@ mod tests {
             .unwrap()
             .expect("recorded");
         assert!(
-            lag.lag >= Duration::from_secs(20 * 60) && lag.lag < Duration::from_secs(21 * 60),
+            // 20 minutes, and the 80 s the clock moved.
+            lag.lag >= Duration::from_secs(20 * 60) && lag.lag < Duration::from_secs(22 * 60),
             "{lag:?}"
         );
-        let later = late_by(25);
-        assert!(deliverer.handle_batch(&[&later]).await.is_empty());
-        assert_eq!(
-            deliverer.store.queue_lag_writes(),
-            1,
-            "not again within 30 s"
-        );
-        LAG_SHIFT_MS.store(31_000, Ordering::SeqCst);
-        let again = late_by(25);
-        assert!(deliverer.handle_batch(&[&again]).await.is_empty());
-        assert_eq!(deliverer.store.queue_lag_writes(), 2);
-        let lag = deliverer.store.queue_lag().await.unwrap().unwrap();
-        assert!(lag.lag >= Duration::from_secs(25 * 60), "{lag:?}");
+        // Five late minutes (under half of 15): nothing more.
+        run(period((0..10).map(|_| late_by(5)).collect(), 120)).await;
+        run(period(vec![], 150)).await;
+        assert_eq!(deliverer.store.queue_lag_writes(), 1);
     }
 
     /// A 410 judged from a cached copy of the endpoint older than its
