@@ -642,8 +642,8 @@ fn new_container(
 
 /// One storage format: a process on a new table writes its format item
 /// (once); a process that finds another format refuses, naming both,
-/// whether it checks at its start (ingest, retry, reconcile) or with its
-/// first read (deliver's first attempt carries the item in that request).
+/// with its first read (which carries the format item in that request) or
+/// before its first write (a check started beside its first queries).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_of_another_format_is_refused_naming_both() {
     use aws_sdk_dynamodb::types::AttributeValue;
@@ -688,9 +688,37 @@ async fn a_table_of_another_format_is_refused_naming_both() {
         err.to_string().contains(&format!("storage format {other}")),
         "{err}"
     );
+    // Ingest's first read (the catalog's) carries the format item too.
+    let (fresh, _) = new_container(&stack);
+    let err = fresh
+        .get_event_type(&EventType::parse("order.paid").unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("storage format {other}")),
+        "{err}"
+    );
+    // A process whose first request is a write (the reconciler's check
+    // runs beside its first queries) checks first: nothing is written.
+    let (fresh, _) = new_container(&stack);
+    fresh.check_format_in_background();
+    let err = fresh
+        .register_app(&AppId::parse("elsewhere").unwrap(), chrono::Utc::now())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("storage format {other}")),
+        "{err}"
+    );
+    assert!(
+        raw_item(&stack, hookline_aws::schema::SWEPT_APPS_PK, "elsewhere")
+            .await
+            .is_none(),
+        "nothing written into a table of another format"
+    );
     record_figures(
         "format",
-        "a table of another storage format: every function's first read or start refuses it, naming both formats",
+        "a table of another storage format: every function's first read or first write refuses it, naming both formats, and nothing is written",
     );
 }
 

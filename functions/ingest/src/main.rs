@@ -19,9 +19,11 @@ async fn main() -> Result<(), Error> {
         async move {
             let api = api
                 .get_or_try_init(|| async {
+                    // The table's storage format is checked by the first
+                    // read (the catalog's, which carries the format item)
+                    // or else before the first write: a table of another
+                    // format fails the first request, naming both.
                     let (store, queue) = hookline_aws::clients::store_and_queue(settings).await?;
-                    // A table of another storage format fails the cold start.
-                    store.check_format().await?;
                     Ok::<_, Error>(Api::new(store, queue, settings.clone(), keys.clone()))
                 })
                 .await?;

@@ -283,21 +283,23 @@ impl Deps {
     }
 
     /// The store and queue (built once, on first use), the table's storage
-    /// format checked ([`crate::DynamoStore::check_format`]): a table of
-    /// another format fails the function's first invocation, naming both.
+    /// format check started beside the function's first reads
+    /// ([`crate::DynamoStore::check_format_in_background`]): no write is
+    /// made before it answers, and a table of another format fails the
+    /// function's first invocation, naming both.
     pub async fn adapters(
         &self,
     ) -> Result<&(crate::DynamoStore, crate::SqsQueue), hookline_pipeline::error::BoxError> {
         let adapters = self.adapters_unchecked().await?;
-        adapters.0.check_format().await?;
+        adapters.0.check_format_in_background();
         Ok(adapters)
     }
 
-    /// The store and queue, the format not checked: for dispatch, whose
-    /// everyday path reads no item (a new event's first attempts come from
-    /// its stream image), so a check would be its first invocation's one
-    /// extra request. A stream image of another format does not decode:
-    /// its batch fails, naming the record.
+    /// The store and queue, no check started: for dispatch, whose everyday
+    /// path writes nothing and whose reads carry the format item
+    /// ([`crate::DynamoStore::check_format`]); a check beside them would be
+    /// its first invocation's one extra request. A stream image of another
+    /// format does not decode: its batch fails, naming the record.
     pub async fn adapters_unchecked(
         &self,
     ) -> Result<&(crate::DynamoStore, crate::SqsQueue), hookline_pipeline::error::BoxError> {

@@ -294,6 +294,32 @@ impl DynamoStore {
         self.serial.guard().await
     }
 
+    /// [`Self::guard`] for a write: the table's format is checked first
+    /// (once per process, usually already by the first read, which carries
+    /// the format item: [`Self::get_items`]), so this build never writes
+    /// into a table of another format.
+    async fn write_guard(&self) -> Result<Option<tokio::sync::MutexGuard<'_, ()>>> {
+        self.check_format().await?;
+        Ok(self.guard().await)
+    }
+
+    /// Starts the format check beside whatever the function reads first
+    /// (a no-op once checked): for a function whose first requests are
+    /// queries, which cannot carry the format item. Its writes wait for
+    /// the check ([`Self::write_guard`]); a failed check is found again by
+    /// the first write, which fails with it.
+    pub fn check_format_in_background(&self) {
+        if self.format_checked.get().is_some() {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(err) = store.check_format().await {
+                tracing::debug!(error = %err, "format check (its first write reports it)");
+            }
+        });
+    }
+
     /// Puts `item` if it is new (`expected`: `None`) or its attribute still
     /// holds the value expected; `Ok(false)`: nothing written.
     async fn put_if(
@@ -301,7 +327,7 @@ impl DynamoStore {
         item: HashMap<String, AttributeValue>,
         expected: Option<(&str, AttributeValue)>,
     ) -> Result<bool> {
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         let request = self
             .client()
             .put_item()
@@ -318,7 +344,7 @@ impl DynamoStore {
 
     /// Writes an item that must not exist yet (create-only).
     async fn put_new(&self, item: Item) -> Result<()> {
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         self.http
             .put_item(&Put::new(&self.table, &item).condition("attribute_not_exists(PK)"))
             .await
@@ -337,7 +363,7 @@ impl DynamoStore {
         condition: &str,
         value: Option<(&str, &str)>,
     ) -> Result<bool> {
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         let mut request = self
             .client()
             .delete_item()
@@ -367,6 +393,12 @@ impl DynamoStore {
 
     /// Writes an item unless one exists at its key; `Ok(false)`: one did.
     async fn put_absent(&self, item: Item) -> Result<bool> {
+        self.check_format().await?;
+        self.put_absent_unchecked(item).await
+    }
+
+    /// [`Self::put_absent`] without the format check (the check's own write).
+    async fn put_absent_unchecked(&self, item: Item) -> Result<bool> {
         let _g = self.guard().await;
         let result = self
             .http
@@ -392,7 +424,7 @@ impl DynamoStore {
     ) -> Result<CommitOutcome> {
         let claim = schema::idempotency_item_for(record, &new.event, &new.targets)?;
         let claimed = {
-            let _g = self.guard().await;
+            let _g = self.write_guard().await?;
             let result = self
                 .http
                 .put_item(
@@ -637,7 +669,7 @@ impl DynamoStore {
         }
         // Boxed: a deep handler's state machine must not overflow a
         // thread's stack.
-        let items = Box::pin(self.items_checking_format(&keys, read)).await?;
+        let items = Box::pin(self.get_items(&keys, read)).await?;
         let (mut current, mut event) = (None, None);
         for item in items {
             if let Some((key, slot)) = along.as_mut() {
@@ -666,13 +698,27 @@ impl DynamoStore {
             .filter(|d| &d.id == id && &d.app_id == app))
     }
 
-    /// The items at `keys` (consistent reads): one GetItem for one key,
-    /// else a BatchGetItem.
+    /// The items at `keys`: one GetItem for one key, else a BatchGetItem.
+    /// The first time a process reads, the table's format item rides along
+    /// ([`Self::items_checking_format`]).
     async fn get_items(&self, keys: &[(String, String)], read: Read) -> Result<Vec<Item>> {
+        if self.format_checked.get().is_none() {
+            return Box::pin(self.items_checking_format(keys, read)).await;
+        }
+        self.get_items_unchecked(keys, read).await
+    }
+
+    async fn get_items_unchecked(
+        &self,
+        keys: &[(String, String)],
+        read: Read,
+    ) -> Result<Vec<Item>> {
         match (keys, read) {
-            ([(pk, sk)], Read::Consistent) => {
-                Ok(self.get(pk.clone(), sk).await?.into_iter().collect())
-            }
+            ([(pk, sk)], Read::Consistent) => Ok(self
+                .get_unchecked(pk.clone(), sk)
+                .await?
+                .into_iter()
+                .collect()),
             ([(pk, sk)], Read::Eventual) => {
                 let _g = self.guard().await;
                 Ok(self
@@ -764,10 +810,13 @@ impl DynamoStore {
     pub async fn check_format(&self) -> Result<()> {
         self.format_checked
             .get_or_try_init(|| async {
-                if let Some(item) = self.get(FORMAT_PK.to_owned(), FORMAT_SK).await? {
+                if let Some(item) = self.get_unchecked(FORMAT_PK.to_owned(), FORMAT_SK).await? {
                     return schema::check_format_item(item);
                 }
-                if self.put_absent(schema::format_item(TABLE_FORMAT)?).await? {
+                if self
+                    .put_absent_unchecked(schema::format_item(TABLE_FORMAT)?)
+                    .await?
+                {
                     tracing::info!(
                         format = TABLE_FORMAT,
                         "a new table: its format item written"
@@ -776,7 +825,7 @@ impl DynamoStore {
                 }
                 // Another process wrote it meanwhile.
                 let item = self
-                    .get(FORMAT_PK.to_owned(), FORMAT_SK)
+                    .get_unchecked(FORMAT_PK.to_owned(), FORMAT_SK)
                     .await?
                     .ok_or_else(|| {
                         PipelineError::store("the table's format item vanished", true)
@@ -797,11 +846,13 @@ impl DynamoStore {
         read: Read,
     ) -> Result<Vec<Item>> {
         if self.format_checked.get().is_some() {
-            return self.get_items(keys, read).await;
+            return self.get_items_unchecked(keys, read).await;
         }
         let mut with_format = keys.to_vec();
         with_format.push((FORMAT_PK.to_owned(), FORMAT_SK.to_owned()));
-        let mut items = self.get_items(&with_format, Read::Consistent).await?;
+        let mut items = self
+            .get_items_unchecked(&with_format, Read::Consistent)
+            .await?;
         match items.iter().position(schema::is_format_item) {
             Some(at) => {
                 schema::check_format_item(items.swap_remove(at))?;
@@ -827,7 +878,7 @@ impl DynamoStore {
         )
         .value(":at", Value::S(at.to_rfc3339()))
         .value(":kind", Value::S(KIND_SWEPT_APP.to_owned()));
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         self.http.update_item(&register).await.map_err(direct_error)
     }
 
@@ -1028,8 +1079,19 @@ impl DynamoStore {
         self.http.query(&query).await.map_err(direct_error)
     }
 
-    /// The item at (`pk`, `sk`), read consistently.
+    /// The item at (`pk`, `sk`), read consistently (the first read of a
+    /// process carries the format item: [`Self::get_items`]).
     async fn get(&self, pk: String, sk: &str) -> Result<Option<Item>> {
+        if self.format_checked.get().is_none() {
+            let items = self
+                .get_items(&[(pk, sk.to_owned())], Read::Consistent)
+                .await?;
+            return Ok(items.into_iter().next());
+        }
+        self.get_unchecked(pk, sk).await
+    }
+
+    async fn get_unchecked(&self, pk: String, sk: &str) -> Result<Option<Item>> {
         let _g = self.guard().await;
         self.http
             .get_item(&self.table, &pk, sk)
@@ -1279,7 +1341,7 @@ impl DynamoStore {
         items: Vec<TransactWriteItem>,
         token: Option<&str>,
     ) -> std::result::Result<(), TransactFailure> {
-        let _g = self.guard().await;
+        let _g = self.write_guard().await.map_err(TransactFailure::Other)?;
         match self
             .client()
             .transact_write_items()
@@ -1418,7 +1480,7 @@ impl Store for DynamoStore {
 
     async fn update_endpoint(&self, endpoint: &Endpoint, expected_version: u64) -> Result<bool> {
         let item = self.endpoint_to_sdk(endpoint).await?;
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         let request = self
             .client()
             .put_item()
@@ -1437,7 +1499,7 @@ impl Store for DynamoStore {
 
     async fn put_event_type(&self, def: &EventTypeDef) -> Result<()> {
         let item = into_sdk(schema::event_type_item(def)?);
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         self.client()
             .put_item()
             .table_name(&self.table)
@@ -1536,7 +1598,7 @@ impl Store for DynamoStore {
             if busy {
                 // Busy: take the next free slots.
                 let taken = {
-                    let _g = self.guard().await;
+                    let _g = self.write_guard().await?;
                     self.client()
                         .update_item()
                         .table_name(&self.table)
@@ -1568,7 +1630,7 @@ impl Store for DynamoStore {
             } else {
                 // Idle, new, or numbered for another rate: from the slot of now.
                 let started = {
-                    let _g = self.guard().await;
+                    let _g = self.write_guard().await?;
                     self.client()
                         .update_item()
                         .table_name(&self.table)
@@ -1664,7 +1726,7 @@ impl Store for DynamoStore {
                 .collect::<Result<Vec<_>>>()?;
             let sk = stats_hour_sk(hour);
             let request = update(&self.table, &pk, &sk, adds, hour + retention);
-            let _g = self.guard().await;
+            let _g = self.write_guard().await?;
             self.http
                 .update_item(&request)
                 .await
@@ -1678,7 +1740,7 @@ impl Store for DynamoStore {
                 vec![(STATS_WAITING.to_owned(), delta.waiting)],
                 Utc::now() + retention,
             );
-            let _g = self.guard().await;
+            let _g = self.write_guard().await?;
             self.http
                 .update_item(&request)
                 .await
@@ -1751,7 +1813,7 @@ impl Store for DynamoStore {
         expected_version: u64,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         let result = self
             .client()
             .update_item()
@@ -1801,7 +1863,7 @@ impl Store for DynamoStore {
                 ":expected_version",
                 AttributeValue::N(expected_version.to_string()),
             );
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         condition_to_bool(request.send().await, "UpdateItem")
     }
 
@@ -2006,7 +2068,7 @@ impl Store for DynamoStore {
             // at version 0 (materialised) is replaced whole. Either way, only
             // from version 0.
             let item = schema::delivery_item(d, self.retention)?;
-            let _g = self.guard().await;
+            let _g = self.write_guard().await?;
             let result = self
                 .http
                 .put_item(
@@ -2104,7 +2166,7 @@ impl Store for DynamoStore {
             update = update.value(name, value);
         }
         let written = {
-            let _g = self.guard().await;
+            let _g = self.write_guard().await?;
             direct_condition_to_bool(self.http.update_item(&update).await)?
         };
         if written {
@@ -2121,7 +2183,7 @@ impl Store for DynamoStore {
     ) -> Result<()> {
         let until = schema::event_expiry_after(restarted_at, self.retention);
         let (pk, sk) = event_key(app, id);
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         let result = self
             .client()
             .update_item()
@@ -2140,7 +2202,7 @@ impl Store for DynamoStore {
 
     async fn record_queue_lag(&self, lag: &QueueLag) -> Result<()> {
         let item = schema::queue_lag_item(lag);
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         self.http
             .put_item(&Put::new(&self.table, &item))
             .await
@@ -2272,7 +2334,7 @@ impl Store for DynamoStore {
         )
         .condition("attribute_exists(PK)")
         .value(":marks", schema::app_marks_value(marks));
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         match direct_condition_to_bool(self.http.update_item(&update).await)? {
             true => Ok(()),
             false => Err(corrupt(
@@ -2315,7 +2377,7 @@ impl Store for DynamoStore {
             ":at",
             Value::S(event_time_sk(written_at, &event.app_id, &event.id)),
         );
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         direct_condition_to_bool(self.http.update_item(&update).await).map(|_| ())
     }
 
@@ -2328,7 +2390,7 @@ impl Store for DynamoStore {
 
     async fn save_sweep_marks(&self, marks: &SweepMarks) -> Result<()> {
         let item = schema::late_marks_item(marks);
-        let _g = self.guard().await;
+        let _g = self.write_guard().await?;
         self.http
             .put_item(&Put::new(&self.table, &item))
             .await
