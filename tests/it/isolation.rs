@@ -410,3 +410,237 @@ async fn portal_sessions_end_with_their_key_and_are_listed_without_tokens() {
         "portal sessions on moto: one opened with an app key answers 401 once the key is deleted (the admin's keeps working); the list shows the live ones without tokens; the 101st live session -> 409 too_many_sessions",
     );
 }
+
+/// #39 item 10: a hung endpoint cannot starve other tenants. The local
+/// pollers run the deliver mapping's `MaximumConcurrency` (10) batches of
+/// 10 at once, as Lambda does, with a 5 s delivery timeout. One app's
+/// endpoint never answers and is sent 200 events; another app's healthy
+/// endpoint is sent 20 among them: each arrives within 8 s of its 202 (the
+/// first wave's delivery timeout, sent before any request timed out, and
+/// the held backlog). The
+/// hung endpoint's circuit opens (GET shows it), its deliveries wait
+/// without attempts and still end by their schedule: every one failed (a
+/// DLQ copy each), none lost, none left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_endpoint_does_not_starve_another_apps_endpoint() {
+    use hookline_core::model::DeliveryStatus;
+    use hookline_tests::delivery_ids;
+    use hookline_tests::receiver::Reply;
+    use std::time::Instant;
+    let stack = Stack::start(&[
+        ("WEBHOOKS_DELIVERY_TIMEOUT", "5s"),
+        ("WEBHOOKS_RETRY_SCHEDULE", "2s,4s"),
+    ])
+    .await;
+    let hung = Receiver::start(vec![], Reply::Slow(Duration::from_secs(3600))).await;
+    let healthy = Receiver::healthy().await;
+    let (hung_ep, _) = stack.subscribe("stuck", &hung).await;
+    stack.subscribe("fine", &healthy).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let test = async {
+        // The other app's 20 are sent among the 200, one after every 10
+        // (the first while the first wave is in flight), each timed from
+        // its 202.
+        let started = Instant::now();
+        let mut stuck = Vec::new();
+        let mut accepted_at = Vec::new();
+        for n in 0..200 {
+            let (status, body) = stack
+                .send_event("stuck", "order.paid", json!({"n": n}), None)
+                .await;
+            assert_eq!(status, 202, "{body}");
+            stuck.extend(delivery_ids(&body));
+            if n % 10 == 9 {
+                let (status, body) = stack
+                    .send_event("fine", "order.paid", json!({"n": n / 10}), None)
+                    .await;
+                assert_eq!(status, 202, "{body}");
+                accepted_at.push(Instant::now());
+            }
+        }
+        let sent_200_in = started.elapsed();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while healthy.unique_accepted() < 20 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut waits = Vec::new();
+        for got in healthy.accepted() {
+            let body: Value = serde_json::from_slice(&got.body).unwrap();
+            let n = usize::try_from(body["data"]["n"].as_u64().unwrap()).unwrap();
+            waits.push(got.at.saturating_duration_since(accepted_at[n]));
+        }
+        assert_eq!(healthy.unique_accepted(), 20, "every healthy event arrived");
+        let longest = waits.iter().max().copied().unwrap_or_default();
+        // Bound: the first wave's delivery timeout (requests sent before
+        // any timed out hold their deliver environments that long), and
+        // 3 s to work through the held backlog on moto.
+        assert!(
+            longest <= Duration::from_secs(8),
+            "a healthy event waited {longest:?} after its 202 (all: {waits:?})"
+        );
+        // The hung endpoint's circuit is open, and shown.
+        let (status, shown) = stack
+            .endpoint_call("GET", "stuck", &hung_ep, "", None)
+            .await;
+        assert_eq!(status, 200);
+        assert!(
+            shown["circuit"]["open_until"].is_string(),
+            "GET shows the open circuit: {shown}"
+        );
+        // Its deliveries end by their schedule: every one failed.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut pending = stuck.clone();
+        while !pending.is_empty() && Instant::now() < deadline {
+            let mut still = Vec::new();
+            for id in pending {
+                if stack.delivery(&id).await.status == DeliveryStatus::Pending {
+                    still.push(id);
+                }
+            }
+            pending = still;
+            if !pending.is_empty() {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        if let Some(id) = pending.first() {
+            let d = stack.delivery(id).await;
+            panic!(
+                "{} still pending, e.g. {id}: attempts {}, next {:?}, held to {:?}, version {}",
+                pending.len(),
+                d.attempt_count,
+                d.next_attempt_at,
+                d.held_until_deadline,
+                d.version
+            );
+        }
+        let mut failed = 0;
+        for id in &stuck {
+            if stack.delivery(id).await.status == DeliveryStatus::Failed {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 200, "none delivered to a hung endpoint, none lost");
+        let requests = hung.received().len();
+        // Without the circuit: 600 (3 attempts each), each holding a
+        // deliver slot 5 s.
+        assert!(
+            requests <= 50,
+            "{requests} requests to the hung endpoint: the circuit did not step around it"
+        );
+        waits.sort();
+        let median = waits[waits.len() / 2];
+        stop.send(true).expect("the pollers listen");
+        record_figures(
+            "isolation",
+            &format!(
+                "hung endpoint: 200 events (sent in {:.1} s, another app's 20 among them) to an endpoint that never answers, 5 s delivery timeout, 10 deliver environments: it got {requests} requests (the circuit opened after the first wave), all 200 failed by their schedule (none lost); the other app's 20 events each arrived within {:.2} s of their 202, median {:.2} s (bound 8 s: the first wave's 5 s timeout, then the held backlog)",
+                sent_200_in.as_secs_f64(),
+                longest.as_secs_f64(),
+                median.as_secs_f64()
+            ),
+        );
+    };
+    futures::future::join(stack.run_pollers(stopped), test).await;
+}
+
+/// #39 item 10, the store's part on moto: an endpoint's run of unanswered
+/// requests grows across writers, starts over when begun before the
+/// window, ends with an answer or when the circuit opens; no run is added
+/// to an open circuit; circuit changes are conditional on the circuit
+/// judged. A held delivery keeps its deadline through `update_delivery`
+/// (every field read back as written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoints_circuit_and_a_held_delivery_round_trip_on_moto() {
+    use chrono::{TimeDelta, Utc};
+    use hookline_core::circuit::Circuit;
+    use hookline_core::ids::{AppId, DeliveryId, EndpointId, EventId};
+    use hookline_core::model::{Delivery, Event, EventType};
+    use hookline_pipeline::ports::Store;
+    let stack = Stack::start(&[]).await;
+    let receiver = Receiver::healthy().await;
+    let app = AppId::parse("shop").unwrap();
+    let (ep, _) = stack.create_endpoint("shop", &receiver.url, &[]).await;
+    let ep = EndpointId::parse(&ep).unwrap();
+    let store = &stack.store;
+    let now = Utc::now();
+    let window = now - TimeDelta::seconds(60);
+    let run = |at| store.add_unanswered(&app, &ep, at, window);
+    assert_eq!(run(now).await.unwrap(), Some(1));
+    assert_eq!(run(now).await.unwrap(), Some(2));
+    let read = store.get_endpoint(&app, &ep).await.unwrap().unwrap();
+    assert_eq!(read.unanswered_count, 2);
+    let since = read.unanswered_since.expect("the run's start");
+    assert!((since - now).num_milliseconds().abs() <= 1);
+    // An answer ends the run (twice: the second finds none).
+    store.clear_unanswered(&app, &ep).await.unwrap();
+    store.clear_unanswered(&app, &ep).await.unwrap();
+    let read = store.get_endpoint(&app, &ep).await.unwrap().unwrap();
+    assert_eq!((read.unanswered_count, read.unanswered_since), (0, None));
+    // A run begun before the window starts over.
+    assert_eq!(
+        store
+            .add_unanswered(&app, &ep, now - TimeDelta::seconds(90), window)
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(run(now).await.unwrap(), Some(1), "started over");
+    assert_eq!(run(now).await.unwrap(), Some(2));
+    // Opening: only from closed, and it ends the run.
+    let open = Circuit::opened(now, Some("timed out after 15s"));
+    assert!(store
+        .set_circuit(&app, &ep, Some(&open), None)
+        .await
+        .unwrap());
+    assert!(!store
+        .set_circuit(&app, &ep, Some(&open), None)
+        .await
+        .unwrap());
+    let read = store.get_endpoint(&app, &ep).await.unwrap().unwrap();
+    assert_eq!(read.circuit.as_ref(), Some(&open));
+    assert_eq!(read.unanswered_count, 0);
+    assert_eq!(run(now).await.unwrap(), None, "no run while open");
+    // Closing: only the circuit judged.
+    let wrong = Some(open.open_until + TimeDelta::seconds(1));
+    assert!(!store.set_circuit(&app, &ep, None, wrong).await.unwrap());
+    assert!(store
+        .set_circuit(&app, &ep, None, Some(open.open_until))
+        .await
+        .unwrap());
+    let read = store.get_endpoint(&app, &ep).await.unwrap().unwrap();
+    assert_eq!(read.circuit, None);
+    let gone = EndpointId::generate();
+    assert_eq!(
+        store
+            .add_unanswered(&app, &gone, now, window)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // A held delivery, written then read back whole.
+    let payload = serde_json::value::RawValue::from_string("{}".to_owned()).unwrap();
+    let mut rng = rand::thread_rng();
+    let event = Event::new(
+        EventId::new(now, &mut rng),
+        app.clone(),
+        EventType::parse("order.paid").unwrap(),
+        &payload,
+        now,
+    );
+    let mut delivery = Delivery::new(DeliveryId::new(now, &mut rng), &event, ep.clone(), now);
+    assert!(store.update_delivery(&delivery, 0).await.unwrap());
+    let deadline = now + TimeDelta::seconds(6);
+    assert!(delivery
+        .hold(now + TimeDelta::seconds(30), TimeDelta::seconds(6), now)
+        .unwrap());
+    assert!(store.update_delivery(&delivery, 0).await.unwrap());
+    let read = store
+        .get_delivery(&app, &delivery.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.held_until_deadline, Some(deadline));
+    assert_eq!(read.next_attempt_at, Some(deadline));
+    assert_eq!(read, delivery, "every field as written");
+}

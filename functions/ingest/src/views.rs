@@ -67,6 +67,12 @@ pub struct EndpointOut {
     /// is disabled once this is older than `WEBHOOKS_DISABLE_AFTER`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failing_since: Option<DateTime<Utc>>,
+    /// Present while the endpoint keeps timing out or refusing
+    /// connections: its deliveries wait until `open_until` without an
+    /// attempt (their budgets kept), then one probe is sent; any HTTP
+    /// answer to it closes the circuit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<hookline_core::circuit::Circuit>,
     /// Sent on every request to the endpoint. Values of credential-like
     /// names (`authorization`, `cookie`, names with `auth`, `token`, `key`,
     /// `secret`, `password`, `session`, `credential`, `signature`) read as
@@ -113,6 +119,7 @@ impl EndpointOut {
             disabled: ep.disabled,
             disabled_reason: ep.disabled_reason.clone(),
             failing_since: ep.failing_since,
+            circuit: ep.circuit.clone(),
             headers: ep
                 .headers
                 .iter()

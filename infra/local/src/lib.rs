@@ -97,6 +97,11 @@ pub struct LocalStack {
     pub api: Api<DynamoStore, SqsQueue>,
     pub deliverer: Deliverer<DynamoStore, SqsQueue, HttpSender>,
     pub admin_key: String,
+    /// The deliver mapping's execution environments in
+    /// [`Self::run_pollers`]: one per `MaximumConcurrency`, each with its
+    /// own process state (caches, limiter slots, reachability) and one
+    /// batch at a time, as Lambda runs them.
+    environments: Vec<Deliverer<DynamoStore, SqsQueue, HttpSender>>,
     stream: Mutex<StreamSource>,
     /// The dispatch mapping's on-failure destination (metadata of dropped batches).
     pub stream_failure_queue: Option<String>,
@@ -201,6 +206,18 @@ impl LocalStack {
             pick(&resources.queue_arns, "DeliveryQueue")?,
             &deliver_source,
         );
+        // Lambda's default for an SQS mapping without a cap is far above
+        // what a laptop runs; the template sets one.
+        let environments = (0..deliver_source.maximum_concurrency.unwrap_or(10).max(1))
+            .map(|_| {
+                Ok(Deliverer::new(
+                    store.clone(),
+                    queue.clone(),
+                    HttpSender::new(settings.allow_private_endpoints)?,
+                    settings.clone(),
+                ))
+            })
+            .collect::<Result<Vec<_>, LocalError>>()?;
         let sender = HttpSender::new(settings.allow_private_endpoints)?;
         let api = Api::new(
             store.clone(),
@@ -217,6 +234,7 @@ impl LocalStack {
             queue,
             api,
             deliverer,
+            environments,
             admin_key: config.admin_key,
             stream: Mutex::new(stream),
             stream_failure_queue,
@@ -295,6 +313,13 @@ impl LocalStack {
         &self,
         wait_secs: i32,
     ) -> Result<(PollStats, PollStats), LocalError> {
+        let stream = self.pump_stream().await?;
+        let queued = self.pump_queue(&self.deliverer, wait_secs).await?;
+        Ok((stream, queued))
+    }
+
+    /// One poll of the table's stream into dispatch.
+    async fn pump_stream(&self) -> Result<PollStats, LocalError> {
         let (store, queue) = (&self.store, &self.queue);
         let late_after = hookline_pipeline::dispatch::late_after(self.settings.reconcile_after);
         let stream = {
@@ -323,14 +348,21 @@ impl LocalStack {
             }
             stats
         };
-        let deliverer = &self.deliverer;
-        let queued = self
-            .queue_source
+        Ok(stream)
+    }
+
+    /// One receive (waiting up to `wait_secs`) from the queue into
+    /// `deliverer`: one batch, one invocation.
+    async fn pump_queue(
+        &self,
+        deliverer: &Deliverer<DynamoStore, SqsQueue, HttpSender>,
+        wait_secs: i32,
+    ) -> Result<PollStats, LocalError> {
+        self.queue_source
             .poll(wait_secs, |event| async move {
                 hookline_deliver::handle(deliverer, event).await
             })
-            .await?;
-        Ok((stream, queued))
+            .await
     }
 
     /// [`Self::pump_with_wait`] without waiting on an empty queue.
@@ -392,26 +424,55 @@ impl LocalStack {
     }
 
     /// Runs the event sources, and the reconciler on its interval, until
-    /// `stop` turns true.
-    pub async fn run_pollers(&self, mut stop: watch::Receiver<bool>) {
-        let mut next_reconcile = Instant::now() + self.settings.reconcile_interval;
-        while !*stop.borrow() {
-            if Instant::now() >= next_reconcile {
-                next_reconcile = Instant::now() + self.settings.reconcile_interval;
-                if let Err(err) = self.reconcile().await {
-                    tracing::warn!(error = %err, "reconciler run failed; next run retries");
-                }
-            }
-            tokio::select! {
-                result = self.pump_with_wait(1) => {
-                    if let Err(err) = result {
-                        tracing::warn!(error = %err, "poll failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+    /// `stop` turns true: the stream into dispatch, and the queue into as
+    /// many deliver environments at once as the mapping's
+    /// `MaximumConcurrency` (each one batch at a time: a batch with a slow
+    /// request holds its environment, as it holds a Lambda invocation).
+    pub async fn run_pollers(&self, stop: watch::Receiver<bool>) {
+        let dispatch = {
+            let mut stop = stop.clone();
+            async move {
+                let mut next_reconcile = Instant::now() + self.settings.reconcile_interval;
+                while !*stop.borrow() {
+                    if Instant::now() >= next_reconcile {
+                        next_reconcile = Instant::now() + self.settings.reconcile_interval;
+                        if let Err(err) = self.reconcile().await {
+                            tracing::warn!(error = %err, "reconciler run failed; next run retries");
+                        }
+                    }
+                    let idle = match self.pump_stream().await {
+                        Ok(stats) => stats.records == 0,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "stream poll failed; retrying");
+                            true
+                        }
+                    };
+                    if idle {
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                            _ = stop.changed() => {}
+                        }
                     }
                 }
-                _ = stop.changed() => {}
             }
-        }
+        };
+        let deliver = self.environments.iter().map(|deliverer| {
+            let mut stop = stop.clone();
+            async move {
+                while !*stop.borrow() {
+                    tokio::select! {
+                        result = self.pump_queue(deliverer, 1) => {
+                            if let Err(err) = result {
+                                tracing::warn!(error = %err, "queue poll failed; retrying");
+                                tokio::time::sleep(Duration::from_millis(500)).await;
+                            }
+                        }
+                        _ = stop.changed() => {}
+                    }
+                }
+            }
+        });
+        futures::future::join(dispatch, futures::future::join_all(deliver)).await;
     }
 
     /// The dispatch function's next input: new stream records matching its

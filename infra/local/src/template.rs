@@ -26,6 +26,9 @@ pub struct EventSource {
     pub max_retry_attempts: Option<u32>,
     /// Stream sources: the logical id of the `OnFailure` destination queue.
     pub on_failure: Option<String>,
+    /// Queue sources: `ScalingConfig.MaximumConcurrency` (a `!Ref` read as
+    /// its parameter's default), the invocations Lambda runs at once.
+    pub maximum_concurrency: Option<usize>,
 }
 
 /// The parts of `template.yaml` the local stack uses.
@@ -179,7 +182,13 @@ impl Template {
                     .and_then(|d| d.get("OnFailure"))
                     .and_then(|o| o.get("Destination"))
                     .and_then(referenced_resource);
+                let maximum_concurrency = props
+                    .get("ScalingConfig")
+                    .and_then(|c| c.get("MaximumConcurrency"))
+                    .and_then(|v| self.value_of(v))
+                    .and_then(|s| s.parse().ok());
                 out.push(EventSource {
+                    maximum_concurrency,
                     function: name.clone(),
                     resource,
                     batch_size,
@@ -191,6 +200,21 @@ impl Template {
             }
         }
         out
+    }
+
+    /// A property's value: itself, or for `!Ref Parameter` that
+    /// parameter's default.
+    fn value_of(&self, v: &Yaml) -> Option<String> {
+        match v {
+            Yaml::Tagged(tagged) if tagged.tag == "!Ref" => {
+                let name = text(&tagged.value)?;
+                self.section("Parameters")?
+                    .get(name.as_str())?
+                    .get("Default")
+                    .and_then(text)
+            }
+            other => text(other),
+        }
     }
 
     /// The event source of `function` (by logical id).
@@ -224,6 +248,28 @@ pub fn matches_pattern(pattern: &Value, record: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The deliver mapping's `MaximumConcurrency` is read through its
+    /// parameter (the local pollers run that many batches at once).
+    #[test]
+    fn the_deliver_mappings_concurrency_is_its_parameters_default() {
+        let t = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml"))
+            .unwrap();
+        let deliver = t.event_source("DeliverFunction").unwrap();
+        let default = t.section("Parameters").unwrap()["DeliverMaxConcurrency"]["Default"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(
+            deliver.maximum_concurrency,
+            Some(usize::try_from(default).unwrap())
+        );
+        assert_eq!(
+            t.event_source("DispatchFunction")
+                .unwrap()
+                .maximum_concurrency,
+            None
+        );
+    }
 
     /// Throttled at the door: every route of the HTTP API takes the
     /// template's rate and burst parameters, and the API function reserves

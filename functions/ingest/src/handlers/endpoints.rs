@@ -261,6 +261,8 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
                 tracing::info!(endpoint_id = %endpoint.id, dropped = dropped - endpoint.headers.len(), "URL changed: credential headers not given again are dropped");
             }
             endpoint.url.clone_from(url);
+            // Another host: judged afresh.
+            endpoint.close_circuit();
         }
         if let Some(rate_limit) = req.rate_limit {
             endpoint.rate_limit = rate_limit;
@@ -276,8 +278,10 @@ pub async fn update_endpoint<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> An
             endpoint.disabled = disabled;
             endpoint.disabled_reason = disabled.then(|| "disabled by an operator".to_owned());
             if !disabled {
-                // Re-enabled: its failure streak starts over.
+                // Re-enabled: its failure streak starts over, its
+                // circuit closed.
                 endpoint.failing_since = None;
+                endpoint.close_circuit();
             }
         }
         Ok(())

@@ -76,6 +76,22 @@ function ago(iso) {
 }
 
 function badge(status) { return el("span", { class: "badge " + status, text: status }); }
+
+// An endpoint's state cell: enabled, disabled (with why), or unreachable
+// (its circuit open: deliveries wait, budgets kept, until one probe
+// answers); its rate limit.
+function endpointState(e) {
+  const c = e.circuit;
+  const state = e.disabled ? "disabled" : c ? "unreachable" : "enabled";
+  const circuit = !e.disabled && c ? el("div", { class: "muted circuit",
+    title: "Deliveries wait without an attempt (their budgets kept); one probe goes after this time and any HTTP answer closes the circuit.",
+    text: "since " + ago(c.opened_at) + (c.last_error ? " (" + c.last_error + ")" : "") +
+      (c.probing ? "; probing now" : "; next try " + new Date(c.open_until).toLocaleTimeString()) }) : null;
+  return el("td", { title: e.disabled_reason || "" }, badge(state),
+    e.disabled_reason ? el("div", { class: "muted reason", text: e.disabled_reason }) : null,
+    circuit,
+    e.rate_limit ? el("div", { class: "muted rate-limit", text: "≤ " + e.rate_limit + " req/s" }) : null);
+}
 function pct(rate) { return rate === null || rate === undefined ? "–" : (Math.round(rate * 1000) / 10) + "%"; }
 function ms(v) { return v === null || v === undefined ? "–" : v + " ms"; }
 function pretty(v) { return v === null || v === undefined ? "" : JSON.stringify(v, null, 2); }

@@ -127,9 +127,7 @@ async function loadEndpointHealth() {
       onclick: () => setDisabled(e.id, !e.disabled) }, e.disabled ? "Enable" : "Disable");
     body.append(el("tr", { class: "endpoint", "data-id": e.id, "data-disabled": String(e.disabled) },
       el("td", { class: "mono ep", title: e.url, text: endpointLabel(e.id) }),
-      el("td", { title: e.disabled_reason || "" }, badge(e.disabled ? "disabled" : "enabled"),
-        e.disabled_reason ? el("div", { class: "muted reason", text: e.disabled_reason }) : null,
-        e.rate_limit ? el("div", { class: "muted rate-limit", text: "≤ " + e.rate_limit + " req/s" }) : null),
+      endpointState(e),
       el("td", { class: "rate", text: pct(s.success_rate) }),
       el("td", { class: "latency", text: ms(s.latency_ms.p50) + " / " + ms(s.latency_ms.p95) }),
       el("td", { class: "waiting", text: s.pending === null ? "–" : String(s.pending) }),

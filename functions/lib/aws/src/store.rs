@@ -1867,6 +1867,113 @@ impl Store for DynamoStore {
         condition_to_bool(request.send().await, "UpdateItem")
     }
 
+    async fn set_circuit(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        circuit: Option<&hookline_core::circuit::Circuit>,
+        expected: Option<DateTime<Utc>>,
+    ) -> Result<bool> {
+        let request = self
+            .client()
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))));
+        let request = match circuit {
+            Some(c) => request
+                .update_expression(
+                    "SET circuit = :circuit REMOVE unanswered_count, unanswered_since",
+                )
+                .expression_attribute_values(":circuit", av(c)?),
+            None => request.update_expression("REMOVE circuit, unanswered_count, unanswered_since"),
+        };
+        // A deleted endpoint stays deleted; another deliver's change wins.
+        let request = match expected {
+            Some(until) => request
+                .condition_expression("attribute_exists(PK) AND circuit.open_until = :expected")
+                .expression_attribute_values(":expected", av(&until)?),
+            None => request
+                .condition_expression("attribute_exists(PK) AND attribute_not_exists(circuit)"),
+        };
+        let _g = self.write_guard().await?;
+        condition_to_bool(request.send().await, "UpdateItem")
+    }
+
+    async fn add_unanswered(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        now: DateTime<Utc>,
+        run_from: DateTime<Utc>,
+    ) -> Result<Option<u32>> {
+        let ms = |t: DateTime<Utc>| AttributeValue::N(t.timestamp_millis().to_string());
+        let key = Self::key(app_pk(app), &endpoint_sk(id));
+        // The run goes on (one request), or, begun too long ago or never,
+        // starts over with this one (a second).
+        let attempts = [
+            (
+                "SET unanswered_since = if_not_exists(unanswered_since, :now) ADD unanswered_count :one",
+                "attribute_exists(PK) AND attribute_not_exists(circuit) \
+                 AND (attribute_not_exists(unanswered_since) OR unanswered_since >= :from)",
+            ),
+            (
+                "SET unanswered_since = :now, unanswered_count = :one",
+                "attribute_exists(PK) AND attribute_not_exists(circuit)",
+            ),
+        ];
+        for (i, (update, condition)) in attempts.into_iter().enumerate() {
+            let request = self
+                .client()
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key.clone()))
+                .update_expression(update)
+                .condition_expression(condition)
+                .expression_attribute_values(":now", ms(now))
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                // ALL_NEW, not UPDATED_NEW: moto's UPDATED_NEW left the
+                // ADDed count out of this update (seen in the moto test).
+                .return_values(ReturnValue::AllNew);
+            let request = if i == 0 {
+                request.expression_attribute_values(":from", ms(run_from))
+            } else {
+                request
+            };
+            let written = {
+                let _g = self.write_guard().await?;
+                request.send().await
+            };
+            match written {
+                Ok(out) => {
+                    let count = out
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| a.get("unanswered_count"))
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse::<u32>().ok())
+                        .ok_or_else(|| corrupt("endpoint item", "no unanswered_count returned"))?;
+                    return Ok(Some(count));
+                }
+                Err(err) if crate::error::is_condition_failure(&err) => {}
+                Err(err) => return Err(store_error("UpdateItem", err)),
+            }
+        }
+        Ok(None)
+    }
+
+    async fn clear_unanswered(&self, app: &AppId, id: &EndpointId) -> Result<()> {
+        let request = self
+            .client()
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(app_pk(app), &endpoint_sk(id))))
+            .update_expression("REMOVE unanswered_count, unanswered_since")
+            .condition_expression("attribute_exists(unanswered_count)");
+        let _g = self.write_guard().await?;
+        // Already clear: nothing to do.
+        condition_to_bool(request.send().await, "UpdateItem").map(|_| ())
+    }
+
     async fn get_idempotency(&self, app: &AppId, key: &str) -> Result<Option<IdempotencyRecord>> {
         match self.get(idempotency_pk(app, key), IDEMPOTENCY_SK).await? {
             Some(item) => schema::idempotency_from_item(item, Utc::now()),
@@ -2153,6 +2260,13 @@ impl Store for DynamoStore {
                 values.push((":slot", direct_value(&slot)?));
             }
             None => remove.push("throttled_until"),
+        }
+        match d.held_until_deadline {
+            Some(deadline) => {
+                set.push("held_until_deadline = :held");
+                values.push((":held", direct_value(&deadline)?));
+            }
+            None => remove.push("held_until_deadline"),
         }
         let mut expression = format!("SET {}", set.join(", "));
         if !remove.is_empty() {

@@ -8,6 +8,8 @@
 //!   state machine (`pending -> delivered | failed`, `failed -> pending`).
 //! - [`catalog`]: the event-type catalog's definitions, and an endpoint's
 //!   subscriptions checked against it (closest names suggested).
+//! - [`circuit`]: an endpoint's circuit (open while it times out or refuses
+//!   connections: its deliveries wait, one probe closes it).
 //! - [`rate`]: per-endpoint rate limits as numbered send slots.
 //! - [`retry`]: [`RetryPolicy`](retry::RetryPolicy) (the seed's schedule by
 //!   default, or one parsed from `"5s,5m,30m"`), `Retry-After` parsing, and
@@ -22,6 +24,7 @@
 
 pub mod apikey;
 pub mod catalog;
+pub mod circuit;
 pub mod error;
 pub mod ids;
 pub mod model;

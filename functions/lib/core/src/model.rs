@@ -197,6 +197,29 @@ pub struct Endpoint {
     /// instance ([`crate::rate`]); none: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<u32>,
+    /// Open while it keeps timing out or refusing connections: its
+    /// deliveries wait, one probe closes it ([`crate::circuit`]). Written
+    /// without a version bump (it is deliver's bookkeeping, not a change a
+    /// PATCH could conflict with); a PATCH or re-enable closes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<crate::circuit::Circuit>,
+    /// The current run of requests to it that got no answer, as every
+    /// deliver process records them ([`crate::circuit`]): its length (0:
+    /// none), and when it began. Cleared by an answer; at
+    /// [`crate::circuit::OPEN_AFTER`] the circuit opens. Written without a
+    /// version bump, like the circuit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unanswered_count: u32,
+    #[serde(
+        default,
+        with = "chrono::serde::ts_milliseconds_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub unanswered_since: Option<DateTime<Utc>>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Most custom headers per endpoint.
@@ -272,6 +295,14 @@ pub fn check_custom_headers(headers: &BTreeMap<String, String>) -> Result<(), Co
 }
 
 impl Endpoint {
+    /// Closes its circuit and ends its run of unanswered requests (a new
+    /// URL, or re-enabled: judged afresh).
+    pub fn close_circuit(&mut self) {
+        self.circuit = None;
+        self.unanswered_count = 0;
+        self.unanswered_since = None;
+    }
+
     /// A new, enabled endpoint receiving every event type, version 0.
     pub fn new(
         id: EndpointId,
@@ -296,6 +327,9 @@ impl Endpoint {
             headers: BTreeMap::new(),
             failing_since: None,
             rate_limit: None,
+            circuit: None,
+            unanswered_count: 0,
+            unanswered_since: None,
         }
     }
 
@@ -512,6 +546,11 @@ pub struct Delivery {
     /// (which is due then): that attempt is sent without taking another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttled_until: Option<DateTime<Utc>>,
+    /// While its endpoint's circuit holds it back ([`Delivery::hold`]):
+    /// when its schedule ends (it fails then if still held). Cleared by
+    /// its next attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until_deadline: Option<DateTime<Utc>>,
 }
 
 /// Whether filters `event_types` (exact names, `prefix.*`, `*`; empty =
@@ -608,6 +647,7 @@ impl Delivery {
             updated_at: now,
             body_sha256: Some(body_digest(body)),
             throttled_until: None,
+            held_until_deadline: None,
         }
     }
 
@@ -678,6 +718,7 @@ impl Delivery {
         self.version += 1;
         self.requeued = false;
         self.throttled_until = None;
+        self.held_until_deadline = None;
         self.attempt_count += 1;
         self.total_attempts += 1;
         attempt.attempt = self.total_attempts;
@@ -746,6 +787,37 @@ impl Delivery {
         Ok(())
     }
 
+    /// Holds this pending delivery back until `until` without an attempt
+    /// (its endpoint's circuit is open: [`crate::circuit`]), under a new
+    /// version; attempt count and budget untouched. It never waits past
+    /// the end of its schedule: `remaining` (what its schedule had left)
+    /// from its first hold. `Ok(false)`, nothing changed: that end has come
+    /// (the caller fails it, as its last attempt would have).
+    pub fn hold(
+        &mut self,
+        until: DateTime<Utc>,
+        remaining: chrono::TimeDelta,
+        now: DateTime<Utc>,
+    ) -> Result<bool, CoreError> {
+        if self.status != DeliveryStatus::Pending {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "hold",
+            });
+        }
+        let deadline = self.held_until_deadline.unwrap_or(now + remaining);
+        if now >= deadline {
+            return Ok(false);
+        }
+        self.version += 1;
+        self.requeued = false;
+        self.throttled_until = None;
+        self.next_attempt_at = Some(until.min(deadline));
+        self.held_until_deadline = Some(deadline);
+        self.updated_at = now;
+        Ok(true)
+    }
+
     /// The send slot the limiter gave this delivery's next attempt, if it
     /// still holds at `now`: the attempt is the one throttled, and the
     /// slot's wall-clock second has not passed (a later attempt takes a new
@@ -789,6 +861,7 @@ impl Delivery {
         self.version += 1;
         self.requeued = false;
         self.attempt_count = 0;
+        self.held_until_deadline = None;
         self.manual_retries += 1;
         self.next_attempt_at = Some(now);
         self.updated_at = now;
@@ -931,6 +1004,53 @@ mod tests {
         let parsed: serde_json::Value = serde_json::from_str(&e.body).unwrap();
         assert_eq!(parsed["type"], "order.paid");
         assert!(body_data("not json").is_none());
+    }
+
+    #[test]
+    fn a_held_delivery_keeps_its_budget_and_ends_by_its_schedule() {
+        let policy = compressed();
+        let mut d = delivery();
+        let mut rng = StdRng::seed_from_u64(1);
+        d.record_attempt(attempt(1, None, t0()), None, &policy, &mut rng)
+            .unwrap();
+        // 6 s of its schedule left after one attempt (2 s + 4 s).
+        let remaining =
+            chrono::TimeDelta::from_std(policy.remaining_window(d.attempt_count)).unwrap();
+        assert_eq!(remaining, chrono::TimeDelta::seconds(6));
+        let due = t0() + chrono::TimeDelta::seconds(1);
+        let version = d.version;
+        assert!(d
+            .hold(due + chrono::TimeDelta::seconds(4), remaining, due)
+            .unwrap());
+        assert_eq!(d.version, version + 1, "a new version: the message is done");
+        assert_eq!((d.attempt_count, d.total_attempts), (1, 1), "no attempt");
+        assert_eq!(d.next_attempt_at, Some(due + chrono::TimeDelta::seconds(4)));
+        // Held again: never past the first hold's deadline, then no more.
+        let later = due + chrono::TimeDelta::seconds(4);
+        assert!(d
+            .hold(later + chrono::TimeDelta::seconds(30), remaining, later)
+            .unwrap());
+        assert_eq!(d.next_attempt_at, Some(due + remaining));
+        assert!(!d
+            .hold(
+                due + remaining + chrono::TimeDelta::seconds(30),
+                remaining,
+                due + remaining
+            )
+            .unwrap());
+        // An attempt starts a new hold from its own remaining schedule.
+        d.record_attempt(
+            attempt(2, Some(200), due + remaining),
+            None,
+            &policy,
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(d.held_until_deadline, None);
+        assert!(
+            d.hold(due, remaining, due).is_err(),
+            "only a pending one is held"
+        );
     }
 
     #[test]

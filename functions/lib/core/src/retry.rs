@@ -199,6 +199,17 @@ impl RetryPolicy {
             .sum()
     }
 
+    /// How long the schedule of a delivery that made `attempts_made`
+    /// attempts of its budget runs from its next attempt on: the
+    /// un-jittered delays after each attempt it has left but the last. A
+    /// delivery held back (its endpoint's circuit open) waits no longer
+    /// than this.
+    pub fn remaining_window(&self, attempts_made: u32) -> Duration {
+        (attempts_made.saturating_add(1)..self.max_attempts)
+            .map(|n| self.schedule.base_delay(n))
+            .sum()
+    }
+
     /// Sum of un-jittered delays over the whole budget.
     pub fn total_window(&self) -> Duration {
         (1..self.max_attempts)

@@ -46,6 +46,10 @@ pub enum DeliverOutcome {
     /// The endpoint's rate limit put the attempt at a later send slot: the
     /// delivery is due then (dispatch queues it; budget untouched).
     Throttled,
+    /// The endpoint is unreachable (its circuit open, or this process
+    /// already has a request to it in flight): the delivery is due later,
+    /// no attempt made, budget untouched ([`hookline_core::circuit`]).
+    Held,
 }
 
 /// Longest wait for a send slot inside a deliver invocation; a later slot
@@ -66,6 +70,23 @@ pub const QUEUE_LAG_REPORT_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds
 /// as it was, must not make the reconciler lenient).
 pub const QUEUE_LAG_MIN_MESSAGES: u32 = 10;
 
+/// Requests one process keeps in flight to an endpoint whose last request
+/// got no answer (a timeout, a refused connection) while its circuit is
+/// still closed: the others due meanwhile are held for a delivery timeout
+/// instead of each holding a deliver slot for one. An answering endpoint
+/// is not capped (its requests end quickly).
+const UNREACHABLE_IN_FLIGHT: u32 = 1;
+/// How long a process uses its copy of an endpoint with a run of
+/// unanswered requests (one read a second at most, and only while the run
+/// lasts): another process may open its circuit at any moment.
+const SUSPECT_CACHE_TTL: Duration = Duration::from_secs(1);
+/// A probe's answer is awaited this much beyond the delivery timeout
+/// before another deliver may take the probe again.
+const PROBE_SLACK: Duration = Duration::from_secs(5);
+/// Deliveries held by an open circuit come back spread over this much
+/// after it ends (not all at the probe's instant).
+const HOLD_SPREAD_MS: u64 = 2_000;
+
 /// How long a failure streak lasts at least once begun: a 2xx within it
 /// does not clear `failing_since` (see [`Deliverer::track_health`]). Each
 /// endpoint's health is then written at most twice per settle period
@@ -74,6 +95,10 @@ pub const QUEUE_LAG_MIN_MESSAGES: u32 = 10;
 /// `WEBHOOKS_DISABLE_AFTER` when that is shorter.
 pub fn health_settle(disable_after: chrono::Duration) -> chrono::Duration {
     (disable_after / 10).min(chrono::Duration::minutes(1))
+}
+
+fn to_delta(d: Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(d).expect("delivery timeouts are seconds, not ages")
 }
 
 /// The deliver use case with its dependencies, built once per process.
@@ -92,6 +117,43 @@ pub struct Deliverer<S, Q, H> {
     clock: fn() -> DateTime<Utc>,
     /// How late due messages were received since the last report.
     lateness: Mutex<Lateness>,
+    /// What this process saw of each endpoint's reachability.
+    reach: Mutex<HashMap<EndpointId, Reach>>,
+}
+
+/// One endpoint as this process saw it: whether its last request here got
+/// no answer (added to the endpoint's run, not yet cleared by this
+/// process), and its requests in flight.
+#[derive(Debug, Default)]
+struct Reach {
+    unanswered: bool,
+    in_flight: u32,
+}
+
+/// Whether a due delivery is sent now.
+enum Admission<'a> {
+    /// Sent (`probe`: as its endpoint's circuit probe, the circuit as
+    /// taken); the slot is held until the request is over.
+    Send {
+        probe: Option<hookline_core::circuit::Circuit>,
+        _slot: InFlight<'a>,
+    },
+    /// Held until then, no attempt made.
+    Wait(DateTime<Utc>),
+}
+
+/// A request counted in its endpoint's [`Reach::in_flight`] until dropped.
+struct InFlight<'a> {
+    reach: &'a Mutex<HashMap<EndpointId, Reach>>,
+    endpoint: EndpointId,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(reach) = lock(self.reach).get_mut(&self.endpoint) {
+            reach.in_flight = reach.in_flight.saturating_sub(1);
+        }
+    }
 }
 
 /// How late due messages were received over the current period: the
@@ -123,6 +185,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             pacer: crate::pacer::Pacer::default(),
             clock: Utc::now,
             lateness: Mutex::new(Lateness::default()),
+            reach: Mutex::new(HashMap::new()),
         }
     }
 
@@ -377,6 +440,8 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         let waiting_before = delivery.attempt_count > 0;
         // The request sent, if one was: answered 2xx, latency (ms).
         let mut sent = None;
+        // Whether it got an HTTP answer (else what it met), if one was sent.
+        let mut answered: Option<(bool, Option<String>)> = None;
         let endpoint = self
             .endpoint(&delivery.app_id, &delivery.endpoint_id)
             .await?;
@@ -391,7 +456,43 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             )
         };
 
+        // An unreachable endpoint's deliveries wait (no attempt) rather
+        // than each hold a deliver slot for a delivery timeout; past its
+        // schedule a held delivery fails as its last attempt would have.
+        let mut admitted = None;
+        let mut held_to_its_end = false;
         if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
+            match self.admit(ep, now).await? {
+                Admission::Wait(until) => {
+                    let remaining = chrono::TimeDelta::from_std(
+                        self.settings.retry.remaining_window(delivery.attempt_count),
+                    )
+                    .unwrap_or(chrono::TimeDelta::MAX);
+                    if !delivery.hold(until, remaining, now)? {
+                        held_to_its_end = true;
+                    } else if !self
+                        .store
+                        .update_delivery(&delivery, expected_version)
+                        .await?
+                    {
+                        tracing::warn!(delivery_id = %delivery.id, "hold raced with another writer");
+                        return Ok(DeliverOutcome::Stale);
+                    } else {
+                        tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, until = %until.to_rfc3339(), "endpoint unreachable: the delivery waits, no attempt made");
+                        return Ok(DeliverOutcome::Held);
+                    }
+                }
+                admission @ Admission::Send { .. } => admitted = Some(admission),
+            }
+        }
+        let probe = match &admitted {
+            Some(Admission::Send { probe, .. }) => probe.clone(),
+            _ => None,
+        };
+        if let Some(ep) = endpoint
+            .as_ref()
+            .filter(|ep| !ep.disabled && !held_to_its_end)
+        {
             if let Some(slot) = self.pace(&delivery, ep, now).await? {
                 delivery.throttle(slot, now)?;
                 if !self
@@ -411,6 +512,12 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             Some(ep) if ep.disabled => {
                 (delivery.fail_now(not_deliverable("endpoint disabled"))?, 0)
             }
+            Some(_) if held_to_its_end => (
+                delivery.fail_now(not_deliverable(
+                    "endpoint unreachable: its circuit stayed open to the end of the delivery's schedule",
+                ))?,
+                0,
+            ),
             Some(ep) => match self.body_of(message, &delivery).await? {
                 None => (
                     delivery.fail_now(not_deliverable("event not found (expired?)"))?,
@@ -446,6 +553,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                         result.body_prefix.as_deref(),
                     );
                     let latency_ms = attempt.latency_ms;
+                    if !result.blocked {
+                        answered = Some((result.status.is_some(), result.error.clone()));
+                    }
                     if !result.blocked {
                         let ok = result.status.is_some_and(|s| (200..300).contains(&s));
                         sent = Some((ok, latency_ms));
@@ -559,6 +669,11 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 reason: FailReason::EndpointGone
             }
         );
+        drop(admitted);
+        if let (Some(ep), Some((answer, error))) = (endpoint.as_ref(), answered) {
+            self.observe_reach(ep, answer, error.as_deref(), probe.as_ref(), now)
+                .await;
+        }
         if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
             if gone {
                 // Disabled at once, as judged at this version (no health
@@ -573,6 +688,161 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             self.forget_endpoint(&delivery.endpoint_id);
         }
         Ok(outcome)
+    }
+
+    /// Whether a due delivery to `endpoint` is sent now: not while its
+    /// circuit is open (held until it ends, spread over
+    /// [`HOLD_SPREAD_MS`]); once it has ended, only by the deliver that
+    /// takes the probe (the others wait for the probe's answer); and while
+    /// its last request here got no answer, only [`UNREACHABLE_IN_FLIGHT`]
+    /// at a time from this process (the others wait a delivery timeout).
+    async fn admit<'a>(
+        &'a self,
+        endpoint: &Endpoint,
+        now: DateTime<Utc>,
+    ) -> Result<Admission<'a>, PipelineError> {
+        use hookline_core::circuit::{gate, Gate};
+        let probe_for = self.settings.delivery_timeout + PROBE_SLACK;
+        let mut probe = None;
+        match gate(endpoint.circuit.as_ref(), now) {
+            Gate::Send => {}
+            Gate::Wait(until) => {
+                let spread = lock(&self.rng).next_u64() % HOLD_SPREAD_MS;
+                let spread = chrono::TimeDelta::milliseconds(
+                    i64::try_from(spread).expect("under HOLD_SPREAD_MS"),
+                );
+                return Ok(Admission::Wait(until + spread));
+            }
+            Gate::Probe => {
+                let circuit = endpoint
+                    .circuit
+                    .as_ref()
+                    .expect("a probe gate comes from a circuit");
+                let taken = circuit.probing(now, probe_for);
+                let won = self
+                    .store
+                    .set_circuit(
+                        &endpoint.app_id,
+                        &endpoint.id,
+                        Some(&taken),
+                        Some(circuit.open_until),
+                    )
+                    .await?;
+                // Either way the cached circuit is out of date.
+                self.forget_endpoint(&endpoint.id);
+                if !won {
+                    return Ok(Admission::Wait(now + to_delta(probe_for)));
+                }
+                tracing::info!(endpoint_id = %endpoint.id, "circuit probe taken");
+                probe = Some(taken);
+            }
+        }
+        let mut reach = lock(&self.reach);
+        let seen = reach.entry(endpoint.id.clone()).or_default();
+        let suspect = seen.unanswered || endpoint.unanswered_count > 0;
+        if probe.is_none() && suspect && seen.in_flight >= UNREACHABLE_IN_FLIGHT {
+            return Ok(Admission::Wait(
+                now + to_delta(self.settings.delivery_timeout),
+            ));
+        }
+        seen.in_flight += 1;
+        Ok(Admission::Send {
+            probe,
+            _slot: InFlight {
+                reach: &self.reach,
+                endpoint: endpoint.id.clone(),
+            },
+        })
+    }
+
+    /// After a request to `endpoint`: an answer (any HTTP status) clears
+    /// the endpoint's run of unanswered requests (when this process added
+    /// to it or saw it) and closes the circuit it probed; no answer adds
+    /// to the run, opens the circuit at
+    /// [`hookline_core::circuit::OPEN_AFTER`], or reopens the one it
+    /// probed for longer. Circuit writes are conditional on the circuit
+    /// judged (another deliver's change wins) and advisory: a failed one
+    /// is logged, the attempt stands.
+    async fn observe_reach(
+        &self,
+        endpoint: &Endpoint,
+        answered: bool,
+        error: Option<&str>,
+        probe: Option<&hookline_core::circuit::Circuit>,
+        now: DateTime<Utc>,
+    ) {
+        use hookline_core::circuit::{run_window, Circuit, OPEN_AFTER};
+        let added_before = {
+            let mut reach = lock(&self.reach);
+            let seen = reach.entry(endpoint.id.clone()).or_default();
+            std::mem::replace(&mut seen.unanswered, !answered)
+        };
+        let (change, expected, what) = match (probe, answered) {
+            (Some(probe), true) => (None, Some(probe.open_until), "closed"),
+            (Some(probe), false) => (
+                Some(probe.reopened(now, error)),
+                Some(probe.open_until),
+                "reopened",
+            ),
+            (None, true) => {
+                if added_before || endpoint.unanswered_count > 0 {
+                    if let Err(err) = self
+                        .store
+                        .clear_unanswered(&endpoint.app_id, &endpoint.id)
+                        .await
+                    {
+                        tracing::warn!(endpoint_id = %endpoint.id, error = %hookline_core::error::Chain(&err), "endpoint's unanswered run not cleared");
+                    }
+                    self.forget_endpoint(&endpoint.id);
+                }
+                return;
+            }
+            (None, false) if endpoint.circuit.is_some() => return,
+            (None, false) => {
+                let run_from = now - to_delta(run_window(self.settings.delivery_timeout));
+                match self
+                    .store
+                    .add_unanswered(&endpoint.app_id, &endpoint.id, now, run_from)
+                    .await
+                {
+                    Ok(Some(run)) if run >= OPEN_AFTER => {
+                        (Some(Circuit::opened(now, error)), None, "opened")
+                    }
+                    Ok(run) => {
+                        // Below the threshold (or already open): read it
+                        // afresh next time, another deliver's request
+                        // may open it.
+                        tracing::info!(endpoint_id = %endpoint.id, unanswered_in_a_row = run, "endpoint request unanswered");
+                        self.forget_endpoint(&endpoint.id);
+                        return;
+                    }
+                    Err(err) => {
+                        tracing::warn!(endpoint_id = %endpoint.id, error = %hookline_core::error::Chain(&err), "endpoint's unanswered request not recorded");
+                        self.forget_endpoint(&endpoint.id);
+                        return;
+                    }
+                }
+            }
+        };
+        match self
+            .store
+            .set_circuit(&endpoint.app_id, &endpoint.id, change.as_ref(), expected)
+            .await
+        {
+            Ok(true) => {
+                tracing::warn!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, circuit = what, open_until = change.as_ref().map(|c| tracing::field::display(c.open_until)), "endpoint circuit {what}");
+                let mut known = endpoint.clone();
+                known.circuit = change;
+                known.unanswered_count = 0;
+                known.unanswered_since = None;
+                self.remember_endpoint(&endpoint.id, Some(known));
+            }
+            Ok(false) => self.forget_endpoint(&endpoint.id),
+            Err(err) => {
+                tracing::warn!(endpoint_id = %endpoint.id, error = %hookline_core::error::Chain(&err), "endpoint circuit not recorded");
+                self.forget_endpoint(&endpoint.id);
+            }
+        }
     }
 
     /// Sends an operational event (see [`crate::operational`]) with ids
@@ -735,19 +1005,30 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
     /// The endpoint `id` as read less than the cache's time to live ago
     /// (`Some(None)`: it did not exist then); `None` when not cached.
     fn cached_endpoint(&self, id: &EndpointId) -> Option<Option<Endpoint>> {
-        let ttl = self.settings.endpoint_cache_ttl;
         self.lock_cache()
             .get(id)
-            .filter(|(at, _)| at.elapsed() < ttl)
+            .filter(|entry| self.still_fresh(entry))
             .map(|(_, cached)| cached.clone())
     }
 
     /// Whether [`Self::cached_endpoint`] would answer (nothing cloned).
     fn endpoint_is_cached(&self, id: &EndpointId) -> bool {
-        let ttl = self.settings.endpoint_cache_ttl;
         self.lock_cache()
             .get(id)
-            .is_some_and(|(at, _)| at.elapsed() < ttl)
+            .is_some_and(|entry| self.still_fresh(entry))
+    }
+
+    /// A cached endpoint is used for the cache's time to live; one with a
+    /// run of unanswered requests, whose circuit another deliver may open
+    /// at any moment, for [`SUSPECT_CACHE_TTL`] at most.
+    fn still_fresh(&self, (at, cached): &(Instant, Option<Endpoint>)) -> bool {
+        let suspect = cached.as_ref().is_some_and(|ep| ep.unanswered_count > 0);
+        let ttl = if suspect {
+            SUSPECT_CACHE_TTL.min(self.settings.endpoint_cache_ttl)
+        } else {
+            self.settings.endpoint_cache_ttl
+        };
+        at.elapsed() < ttl
     }
 
     fn remember_endpoint(&self, id: &EndpointId, endpoint: Option<Endpoint>) {
@@ -910,6 +1191,207 @@ mod tests {
         run(period((0..10).map(|_| late_by(5)).collect(), 120)).await;
         run(period(vec![], 150)).await;
         assert_eq!(deliverer.store.queue_lag_writes(), 1);
+    }
+
+    /// The circuit test's clock: now, moved by `CIRCUIT_SHIFT_MS`.
+    static CIRCUIT_SHIFT_MS: AtomicI64 = AtomicI64::new(0);
+    fn circuit_clock() -> DateTime<Utc> {
+        Utc::now() + chrono::TimeDelta::milliseconds(CIRCUIT_SHIFT_MS.load(Ordering::SeqCst))
+    }
+
+    fn unanswered() -> crate::ports::SendResult {
+        crate::ports::SendResult {
+            error: Some("timed out after 15s".into()),
+            latency: Duration::from_secs(15),
+            ..Default::default()
+        }
+    }
+
+    /// Item 10 of #39: an endpoint that stops answering opens its circuit
+    /// after three unanswered requests; its deliveries then wait without an
+    /// attempt (budget kept), one fails at the end of its schedule; after
+    /// the cool-down one probe is sent: unanswered, the circuit reopens
+    /// for twice as long; answered, it closes and the probe is delivered.
+    #[tokio::test]
+    async fn an_unanswering_endpoint_opens_its_circuit_and_one_probe_closes_it() {
+        use hookline_core::circuit::COOL_DOWN_FIRST;
+        let script: Vec<_> = (0..4).map(|_| unanswered()).collect();
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(script, ScriptedSender::status(200)),
+            Settings::for_tests(&[("WEBHOOKS_RETRY_SCHEDULE", "1s,2s")]).unwrap(),
+        )
+        .with_clock(circuit_clock);
+        let now = Utc::now();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/hung", now).await;
+        let deliveries: Vec<Delivery> = (0..6)
+            .map(|n| seeded_delivery(&deliverer.store, &ep, n, now))
+            .collect();
+        let current = |d: &Delivery| {
+            let stored = deliverer
+                .store
+                .deliveries()
+                .into_iter()
+                .find(|s| s.id == d.id)
+                .expect("stored");
+            (message_for(&stored, now).map(|(m, _)| m), stored)
+        };
+        let requests = || lock(&deliverer.sender.requests).len();
+        // Three unanswered: each an attempt; the third opens the circuit.
+        for d in &deliveries[..3] {
+            let outcome = deliverer.handle(&current(d).0.unwrap()).await.unwrap();
+            assert_eq!(outcome, DeliverOutcome::RetryScheduled);
+        }
+        let circuit = deliverer
+            .store
+            .endpoint(&ep.id)
+            .unwrap()
+            .circuit
+            .expect("open after three");
+        assert_eq!(requests(), 3);
+        assert_eq!(circuit.last_error.as_deref(), Some("timed out after 15s"));
+        // The next is held: no request, no attempt, due after the cool-down.
+        let outcome = deliverer
+            .handle(&current(&deliveries[3]).0.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(outcome, DeliverOutcome::Held);
+        let (message, held) = current(&deliveries[3]);
+        assert_eq!(requests(), 3);
+        assert_eq!((held.attempt_count, held.total_attempts), (0, 0));
+        // Its schedule (1 s + 2 s) ends before the cool-down: held to then.
+        let deadline = held.held_until_deadline.expect("held");
+        assert_eq!(held.next_attempt_at, Some(deadline));
+        // At that end, still open: it fails as its last attempt would
+        // have, with its DLQ copy.
+        CIRCUIT_SHIFT_MS.store((deadline - now).num_milliseconds() + 100, Ordering::SeqCst);
+        let outcome = deliverer.handle(&message.unwrap()).await.unwrap();
+        assert_eq!(outcome, DeliverOutcome::Failed);
+        let (_, failed) = current(&deliveries[3]);
+        assert!(failed.attempts[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("circuit stayed open")));
+        assert_eq!(deliverer.queue.dlq_bodies().len(), 1);
+        assert_eq!(requests(), 3, "no request to an open circuit");
+        // After the cool-down one probe goes: unanswered, reopened for 60 s.
+        let cool = chrono::TimeDelta::from_std(COOL_DOWN_FIRST).unwrap();
+        CIRCUIT_SHIFT_MS.store(
+            (circuit.open_until - now).num_milliseconds() + 100,
+            Ordering::SeqCst,
+        );
+        let probe = current(&deliveries[4]).0.unwrap();
+        assert_eq!(
+            deliverer.handle(&probe).await.unwrap(),
+            DeliverOutcome::RetryScheduled
+        );
+        assert_eq!(requests(), 4);
+        let reopened = deliverer.store.endpoint(&ep.id).unwrap().circuit.unwrap();
+        assert_eq!(reopened.cool_down_seconds, 2 * COOL_DOWN_FIRST.as_secs());
+        assert!(!reopened.probing);
+        assert!(reopened.open_until > circuit.open_until + cool);
+        // After that, the next probe is answered: closed, delivered.
+        CIRCUIT_SHIFT_MS.store(
+            (reopened.open_until - now).num_milliseconds() + 100,
+            Ordering::SeqCst,
+        );
+        let outcome = deliverer
+            .handle(&current(&deliveries[5]).0.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(outcome, DeliverOutcome::Delivered);
+        assert_eq!(deliverer.store.endpoint(&ep.id).unwrap().circuit, None);
+        assert_eq!(requests(), 5);
+    }
+
+    /// An endpoint that misses an answer now and then, among answered
+    /// requests, never opens its circuit: each answer ends the run.
+    #[tokio::test]
+    async fn an_endpoint_missing_every_other_answer_keeps_its_circuit_closed() {
+        let ok = ScriptedSender::status(200);
+        let script = (0..7)
+            .map(|n| if n % 2 == 0 { unanswered() } else { ok.clone() })
+            .collect();
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(script, ok.clone()),
+            Settings::for_tests(&[]).unwrap(),
+        );
+        let now = Utc::now();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/flaky", now).await;
+        for n in 0..7 {
+            let d = seeded_delivery(&deliverer.store, &ep, n, now);
+            let message = message_for(&d, now).unwrap().0;
+            deliverer.handle(&message).await.unwrap();
+            let stored = deliverer.store.endpoint(&ep.id).unwrap();
+            assert_eq!(stored.circuit, None, "request {n}");
+            assert_eq!(
+                stored.unanswered_count,
+                u32::from(n % 2 == 0),
+                "request {n}"
+            );
+        }
+        assert_eq!(lock(&deliverer.sender.requests).len(), 7, "none held");
+    }
+
+    /// A sender whose every request goes unanswered after `delay`.
+    struct Hung {
+        delay: Duration,
+        requests: std::sync::atomic::AtomicU32,
+    }
+    impl Sender for Hung {
+        async fn send(&self, _: OutgoingRequest<'_>) -> crate::ports::SendResult {
+            self.requests.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            unanswered()
+        }
+    }
+
+    /// While the circuit is still closed, one process keeps one request in
+    /// flight to an endpoint whose last request went unanswered: a batch of
+    /// four to it sends one, the three others are held (no attempt) a
+    /// delivery timeout. An endpoint that answers is not capped.
+    #[tokio::test]
+    async fn an_unanswering_endpoint_gets_one_request_in_flight_per_process() {
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            Hung {
+                delay: Duration::from_millis(100),
+                requests: Default::default(),
+            },
+            Settings::for_tests(&[]).unwrap(),
+        );
+        let now = Utc::now();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/hung", now).await;
+        let bodies: Vec<String> = (0..5)
+            .map(|n| {
+                let d = seeded_delivery(&deliverer.store, &ep, n, now);
+                serde_json::to_string(&message_for(&d, now).unwrap().0).unwrap()
+            })
+            .collect();
+        assert!(deliverer.handle_batch(&[&bodies[0]]).await.is_empty());
+        let refs: Vec<&str> = bodies[1..].iter().map(String::as_str).collect();
+        assert!(deliverer.handle_batch(&refs).await.is_empty());
+        assert_eq!(deliverer.sender.requests.load(Ordering::SeqCst), 2);
+        let held: Vec<Delivery> = deliverer
+            .store
+            .deliveries()
+            .into_iter()
+            .filter(|d| d.attempt_count == 0)
+            .collect();
+        assert_eq!(held.len(), 3, "three held, no attempt made");
+        let timeout = chrono::TimeDelta::from_std(deliverer.settings.delivery_timeout).unwrap();
+        assert!(held
+            .iter()
+            .all(|d| d.next_attempt_at.is_some_and(|at| at >= now + timeout)));
+        assert_eq!(
+            deliverer.store.endpoint(&ep.id).unwrap().circuit,
+            None,
+            "two unanswered: not open yet"
+        );
     }
 
     /// A 410 judged from a cached copy of the endpoint older than its

@@ -568,6 +568,57 @@ impl Store for MemoryStore {
             _ => Ok(false),
         }
     }
+    async fn set_circuit(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        circuit: Option<&hookline_core::circuit::Circuit>,
+        expected: Option<DateTime<Utc>>,
+    ) -> Result<bool> {
+        let mut s = lock(&self.state);
+        match s.endpoints.get_mut(id) {
+            Some(e) if &e.app_id == app && e.circuit.as_ref().map(|c| c.open_until) == expected => {
+                e.circuit = circuit.cloned();
+                e.unanswered_count = 0;
+                e.unanswered_since = None;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+    async fn add_unanswered(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        now: DateTime<Utc>,
+        run_from: DateTime<Utc>,
+    ) -> Result<Option<u32>> {
+        let mut s = lock(&self.state);
+        match s.endpoints.get_mut(id) {
+            Some(e) if &e.app_id == app && e.circuit.is_none() => {
+                match e.unanswered_since {
+                    Some(since) if since >= run_from => e.unanswered_count += 1,
+                    _ => {
+                        e.unanswered_since = Some(now);
+                        e.unanswered_count = 1;
+                    }
+                }
+                Ok(Some(e.unanswered_count))
+            }
+            _ => Ok(None),
+        }
+    }
+    async fn clear_unanswered(&self, app: &AppId, id: &EndpointId) -> Result<()> {
+        if let Some(e) = lock(&self.state)
+            .endpoints
+            .get_mut(id)
+            .filter(|e| &e.app_id == app)
+        {
+            e.unanswered_count = 0;
+            e.unanswered_since = None;
+        }
+        Ok(())
+    }
     async fn get_idempotency(&self, app: &AppId, key: &str) -> Result<Option<IdempotencyRecord>> {
         Ok(lock(&self.state)
             .idempotency

@@ -455,6 +455,39 @@ pub trait Store: Send + Sync {
         expected_version: u64,
     ) -> impl Future<Output = Result<bool>> + Send;
 
+    /// Sets an endpoint's circuit (`None`: closes it) if its circuit is
+    /// still the one judged: open until `expected` (`None`: closed), and
+    /// ends its run of unanswered requests. Its version is not bumped
+    /// ([`hookline_core::model::Endpoint::circuit`]). `Ok(false)`: another
+    /// deliver changed it first, or the endpoint is gone; nothing written.
+    fn set_circuit(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        circuit: Option<&hookline_core::circuit::Circuit>,
+        expected: Option<DateTime<Utc>>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Adds one request that got no answer at `now` to the endpoint's run
+    /// of them ([`hookline_core::circuit`]); a run begun before
+    /// `run_from` starts over with it. Returns the run's length, or `None`
+    /// (nothing written) when the endpoint's circuit is open or it is gone.
+    fn add_unanswered(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        now: DateTime<Utc>,
+        run_from: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<u32>>> + Send;
+
+    /// Ends the endpoint's run of unanswered requests (it answered); no
+    /// write when it has none.
+    fn clear_unanswered(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
     fn get_idempotency(
         &self,
         app: &AppId,
