@@ -1961,6 +1961,81 @@ impl Store for DynamoStore {
         Ok(None)
     }
 
+    async fn take_turn(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        now: DateTime<Utc>,
+        gap: std::time::Duration,
+    ) -> Result<Option<DateTime<Utc>>> {
+        let ms = |v: i64| AttributeValue::N(v.to_string());
+        let (now_ms, gap_ms) = (
+            now.timestamp_millis(),
+            i64::try_from(gap.as_millis()).map_err(|e| corrupt("turn gap", e))?,
+        );
+        let key = Self::key(app_pk(app), &endpoint_sk(id));
+        // Busy: the next free turn, moved on (one request); idle or new:
+        // now's (another). A race lost to the other case tries again.
+        for _ in 0..3 {
+            let busy = {
+                let _g = self.write_guard().await?;
+                self.client()
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key.clone()))
+                    .update_expression("ADD turn_next :gap")
+                    .condition_expression("attribute_exists(PK) AND turn_next >= :now")
+                    .expression_attribute_values(":gap", ms(gap_ms))
+                    .expression_attribute_values(":now", ms(now_ms))
+                    .return_values(ReturnValue::AllNew)
+                    .send()
+                    .await
+            };
+            match busy {
+                Ok(out) => {
+                    let next = out
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| a.get("turn_next"))
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .ok_or_else(|| corrupt("endpoint item", "no turn_next returned"))?;
+                    let turn = DateTime::from_timestamp_millis(next - gap_ms)
+                        .ok_or_else(|| corrupt("endpoint item", "turn_next out of range"))?;
+                    return Ok(Some(turn));
+                }
+                Err(err) if crate::error::is_condition_failure(&err) => {}
+                Err(err) => return Err(store_error("UpdateItem", err)),
+            }
+            let idle = {
+                let _g = self.write_guard().await?;
+                self.client()
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key.clone()))
+                    .update_expression("SET turn_next = :next")
+                    .condition_expression(
+                        "attribute_exists(PK) AND (attribute_not_exists(turn_next) OR turn_next < :now)",
+                    )
+                    .expression_attribute_values(":next", ms(now_ms + gap_ms))
+                    .expression_attribute_values(":now", ms(now_ms))
+                    .send()
+                    .await
+            };
+            match idle {
+                Ok(_) => {
+                    let turn = DateTime::from_timestamp_millis(now_ms)
+                        .ok_or_else(|| corrupt("turn", "now out of range"))?;
+                    return Ok(Some(turn));
+                }
+                Err(err) if crate::error::is_condition_failure(&err) => {}
+                Err(err) => return Err(store_error("UpdateItem", err)),
+            }
+        }
+        // Both conditions failing three times over: the endpoint is gone.
+        Ok(None)
+    }
+
     async fn clear_unanswered(&self, app: &AppId, id: &EndpointId) -> Result<()> {
         let request = self
             .client()
@@ -2267,6 +2342,13 @@ impl Store for DynamoStore {
                 values.push((":held", direct_value(&deadline)?));
             }
             None => remove.push("held_until_deadline"),
+        }
+        match d.turn_at {
+            Some(turn) => {
+                set.push("turn_at = :turn");
+                values.push((":turn", direct_value(&turn)?));
+            }
+            None => remove.push("turn_at"),
         }
         let mut expression = format!("SET {}", set.join(", "));
         if !remove.is_empty() {

@@ -16,6 +16,11 @@
 //! [`run_window`] starts over: an endpoint that misses an answer now and
 //! then, among many answered, never opens its circuit.
 //!
+//! An endpoint that answers, but slowly (a fifth of the delivery timeout or
+//! more), is paced instead: its requests start in turns, at most
+//! [`SLOW_SHARE`] in flight across every process, so it cannot hold every
+//! deliver environment either.
+//!
 //! A probe that gets any HTTP answer closes the circuit (a 5xx is the retry
 //! schedule's business, not the circuit's); one that fails again reopens it
 //! for twice the cool-down, up to [`COOL_DOWN_MAX`]. A delivery never waits
@@ -48,6 +53,34 @@ pub const COOL_DOWN_MAX: Duration = Duration::from_secs(600);
 /// so its run reaches [`OPEN_AFTER`] within one or two of them.
 pub fn run_window(delivery_timeout: Duration) -> Duration {
     delivery_timeout.saturating_mul(4)
+}
+
+/// Requests in flight at once, across every deliver process, to an
+/// endpoint that answers slowly ([`is_slow`]): its requests start in
+/// turns [`turn_gap`] apart, so a slow endpoint holds at most this many
+/// deliver environments (of `DeliverMaxConcurrency`, 10 by default) while
+/// the others go on; its deliveries wait for their turn, budgets kept.
+pub const SLOW_SHARE: u32 = 2;
+
+/// Whether an answer this slow makes its endpoint a slow one: a fifth of
+/// the delivery timeout or more (3 s at the default 15 s).
+pub fn is_slow(latency: Duration, delivery_timeout: Duration) -> bool {
+    latency >= delivery_timeout / 5
+}
+
+/// The time between two turns of a slow endpoint: a request lasts a
+/// delivery timeout at most, so starts this far apart keep at most
+/// [`SLOW_SHARE`] in flight (7.5 s at the default 15 s: 8 requests a
+/// minute).
+pub fn turn_gap(delivery_timeout: Duration) -> Duration {
+    delivery_timeout / SLOW_SHARE
+}
+
+/// Whether a delivery holding the turn `turn` may go at `now` on it: from
+/// a second before it (a queue's delay is whole seconds) to the next
+/// turn. Later, its turn has passed: it takes a new one.
+pub fn turn_is_now(turn: DateTime<Utc>, gap: Duration, now: DateTime<Utc>) -> bool {
+    now >= turn - chrono::TimeDelta::seconds(1) && now < turn + delta(gap)
 }
 
 /// The circuit of an endpoint, stored on it (absent: closed).

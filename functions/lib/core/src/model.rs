@@ -216,6 +216,15 @@ pub struct Endpoint {
         skip_serializing_if = "Option::is_none"
     )]
     pub unanswered_since: Option<DateTime<Utc>>,
+    /// While it answers slowly: the start of the next free turn of its
+    /// requests ([`crate::circuit::turn_gap`] apart). Written without a
+    /// version bump.
+    #[serde(
+        default,
+        with = "chrono::serde::ts_milliseconds_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub turn_next: Option<DateTime<Utc>>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -330,6 +339,7 @@ impl Endpoint {
             circuit: None,
             unanswered_count: 0,
             unanswered_since: None,
+            turn_next: None,
         }
     }
 
@@ -551,6 +561,10 @@ pub struct Delivery {
     /// its next attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_until_deadline: Option<DateTime<Utc>>,
+    /// The turn its slow endpoint's pacing gave its next attempt
+    /// ([`Delivery::wait_turn`]); cleared by that attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_at: Option<DateTime<Utc>>,
 }
 
 /// Whether filters `event_types` (exact names, `prefix.*`, `*`; empty =
@@ -648,6 +662,7 @@ impl Delivery {
             body_sha256: Some(body_digest(body)),
             throttled_until: None,
             held_until_deadline: None,
+            turn_at: None,
         }
     }
 
@@ -719,6 +734,7 @@ impl Delivery {
         self.requeued = false;
         self.throttled_until = None;
         self.held_until_deadline = None;
+        self.turn_at = None;
         self.attempt_count += 1;
         self.total_attempts += 1;
         attempt.attempt = self.total_attempts;
@@ -783,6 +799,24 @@ impl Delivery {
         self.requeued = false;
         self.next_attempt_at = Some(crate::rate::second_of(slot));
         self.throttled_until = Some(slot);
+        self.updated_at = now;
+        Ok(())
+    }
+
+    /// Puts this pending delivery's next attempt at `turn`, the turn its
+    /// slow endpoint's pacing gave it ([`crate::circuit::SLOW_SHARE`]),
+    /// under a new version; attempt count and budget untouched.
+    pub fn wait_turn(&mut self, turn: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), CoreError> {
+        if self.status != DeliveryStatus::Pending {
+            return Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action: "wait_turn",
+            });
+        }
+        self.version += 1;
+        self.requeued = false;
+        self.next_attempt_at = Some(turn);
+        self.turn_at = Some(turn);
         self.updated_at = now;
         Ok(())
     }
@@ -862,6 +896,7 @@ impl Delivery {
         self.requeued = false;
         self.attempt_count = 0;
         self.held_until_deadline = None;
+        self.turn_at = None;
         self.manual_retries += 1;
         self.next_attempt_at = Some(now);
         self.updated_at = now;

@@ -128,6 +128,17 @@ pub struct Deliverer<S, Q, H> {
 struct Reach {
     unanswered: bool,
     in_flight: u32,
+    /// Its last answer here was slow ([`hookline_core::circuit::is_slow`]).
+    slow: bool,
+}
+
+/// What one request to an endpoint met.
+struct Observed<'a> {
+    /// Any HTTP answer (else a timeout, a refused or reset connection).
+    answered: bool,
+    /// What it met, if no answer.
+    error: Option<&'a str>,
+    latency: Duration,
 }
 
 /// Whether a due delivery is sent now.
@@ -140,6 +151,9 @@ enum Admission<'a> {
     },
     /// Held until then, no attempt made.
     Wait(DateTime<Utc>),
+    /// Its slow endpoint's pacing gave it this turn: it waits for it, no
+    /// attempt made.
+    Turn(DateTime<Utc>),
 }
 
 /// A request counted in its endpoint's [`Reach::in_flight`] until dropped.
@@ -441,7 +455,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         // The request sent, if one was: answered 2xx, latency (ms).
         let mut sent = None;
         // Whether it got an HTTP answer (else what it met), if one was sent.
-        let mut answered: Option<(bool, Option<String>)> = None;
+        let mut answered: Option<(bool, Option<String>, Duration)> = None;
         let endpoint = self
             .endpoint(&delivery.app_id, &delivery.endpoint_id)
             .await?;
@@ -462,7 +476,20 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         let mut admitted = None;
         let mut held_to_its_end = false;
         if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
-            match self.admit(ep, now).await? {
+            match self.admit(ep, &delivery, now).await? {
+                Admission::Turn(turn) => {
+                    delivery.wait_turn(turn, now)?;
+                    if !self
+                        .store
+                        .update_delivery(&delivery, expected_version)
+                        .await?
+                    {
+                        tracing::warn!(delivery_id = %delivery.id, "turn raced with another writer");
+                        return Ok(DeliverOutcome::Stale);
+                    }
+                    tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, turn = %turn.to_rfc3339(), "slow endpoint: the attempt waits for its turn");
+                    return Ok(DeliverOutcome::Held);
+                }
                 Admission::Wait(until) => {
                     let remaining = chrono::TimeDelta::from_std(
                         self.settings.retry.remaining_window(delivery.attempt_count),
@@ -554,7 +581,11 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     );
                     let latency_ms = attempt.latency_ms;
                     if !result.blocked {
-                        answered = Some((result.status.is_some(), result.error.clone()));
+                        answered = Some((
+                            result.status.is_some(),
+                            result.error.clone(),
+                            result.latency,
+                        ));
                     }
                     if !result.blocked {
                         let ok = result.status.is_some_and(|s| (200..300).contains(&s));
@@ -670,9 +701,13 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             }
         );
         drop(admitted);
-        if let (Some(ep), Some((answer, error))) = (endpoint.as_ref(), answered) {
-            self.observe_reach(ep, answer, error.as_deref(), probe.as_ref(), now)
-                .await;
+        if let (Some(ep), Some((answer, error, latency))) = (endpoint.as_ref(), answered) {
+            let reach = Observed {
+                answered: answer,
+                error: error.as_deref(),
+                latency,
+            };
+            self.observe_reach(ep, reach, probe.as_ref(), now).await;
         }
         if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
             if gone {
@@ -699,9 +734,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
     async fn admit<'a>(
         &'a self,
         endpoint: &Endpoint,
+        delivery: &Delivery,
         now: DateTime<Utc>,
     ) -> Result<Admission<'a>, PipelineError> {
-        use hookline_core::circuit::{gate, Gate};
+        use hookline_core::circuit::{gate, turn_gap, turn_is_now, Gate};
         let probe_for = self.settings.delivery_timeout + PROBE_SLACK;
         let mut probe = None;
         match gate(endpoint.circuit.as_ref(), now) {
@@ -737,6 +773,28 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 probe = Some(taken);
             }
         }
+        // A slow endpoint (as this process saw it, or others pace it):
+        // its requests go in turns.
+        let paced = lock(&self.reach)
+            .get(&endpoint.id)
+            .is_some_and(|seen| seen.slow)
+            || endpoint.turn_next.is_some_and(|next| next > now);
+        if probe.is_none() && paced {
+            let gap = turn_gap(self.settings.delivery_timeout);
+            match delivery.turn_at {
+                Some(turn) if turn_is_now(turn, gap, now) => {}
+                Some(turn) if turn > now => return Ok(Admission::Turn(turn)),
+                _ => {
+                    let turn = self
+                        .store
+                        .take_turn(&endpoint.app_id, &endpoint.id, now, gap)
+                        .await?;
+                    if let Some(turn) = turn.filter(|turn| !turn_is_now(*turn, gap, now)) {
+                        return Ok(Admission::Turn(turn));
+                    }
+                }
+            }
+        }
         let mut reach = lock(&self.reach);
         let seen = reach.entry(endpoint.id.clone()).or_default();
         let suspect = seen.unanswered || endpoint.unanswered_count > 0;
@@ -766,15 +824,21 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
     async fn observe_reach(
         &self,
         endpoint: &Endpoint,
-        answered: bool,
-        error: Option<&str>,
+        Observed {
+            answered,
+            error,
+            latency,
+        }: Observed<'_>,
         probe: Option<&hookline_core::circuit::Circuit>,
         now: DateTime<Utc>,
     ) {
-        use hookline_core::circuit::{run_window, Circuit, OPEN_AFTER};
+        use hookline_core::circuit::{is_slow, run_window, Circuit, OPEN_AFTER};
         let added_before = {
             let mut reach = lock(&self.reach);
             let seen = reach.entry(endpoint.id.clone()).or_default();
+            if answered {
+                seen.slow = is_slow(latency, self.settings.delivery_timeout);
+            }
             std::mem::replace(&mut seen.unanswered, !answered)
         };
         let (change, expected, what) = match (probe, answered) {
@@ -1334,6 +1398,77 @@ mod tests {
             );
         }
         assert_eq!(lock(&deliverer.sender.requests).len(), 7, "none held");
+    }
+
+    /// The slow-endpoint test's clock: now, moved by `SLOW_SHIFT_MS`.
+    static SLOW_SHIFT_MS: AtomicI64 = AtomicI64::new(0);
+    fn slow_clock() -> DateTime<Utc> {
+        Utc::now() + chrono::TimeDelta::milliseconds(SLOW_SHIFT_MS.load(Ordering::SeqCst))
+    }
+
+    /// An endpoint that answers slowly (4 s, of a 15 s timeout) is paced:
+    /// its requests start in turns 7.5 s apart across processes, so it
+    /// holds at most two deliver environments; the others wait for their
+    /// turn (no attempt, budget kept) and go on it without taking another.
+    #[tokio::test]
+    async fn a_slow_endpoint_is_sent_in_turns() {
+        use hookline_core::circuit::turn_gap;
+        let slow = crate::ports::SendResult {
+            latency: Duration::from_secs(4),
+            ..ScriptedSender::status(200)
+        };
+        let deliverer = Deliverer::new(
+            MemoryStore::default(),
+            MemoryQueue::default(),
+            ScriptedSender::new(vec![], slow),
+            Settings::for_tests(&[("WEBHOOKS_DELIVERY_TIMEOUT", "15s")]).unwrap(),
+        )
+        .with_clock(slow_clock);
+        let now = Utc::now();
+        let ep = stored_endpoint(&deliverer.store, "https://example.com/slow", now).await;
+        let deliveries: Vec<Delivery> = (0..4)
+            .map(|n| seeded_delivery(&deliverer.store, &ep, n, now))
+            .collect();
+        let stored = |d: &Delivery| {
+            deliverer
+                .store
+                .deliveries()
+                .into_iter()
+                .find(|s| s.id == d.id)
+                .expect("stored")
+        };
+        let deliverer = &deliverer;
+        let handle = |d: &Delivery| {
+            let message = message_for(&stored(d), now).unwrap().0;
+            async move { deliverer.handle(&message).await.unwrap() }
+        };
+        let requests = || lock(&deliverer.sender.requests).len();
+        // The first answer shows it slow; the next takes the idle turn.
+        assert_eq!(handle(&deliveries[0]).await, DeliverOutcome::Delivered);
+        assert_eq!(handle(&deliveries[1]).await, DeliverOutcome::Delivered);
+        assert_eq!(requests(), 2);
+        // The next two wait for the following turns, no attempt made.
+        let gap = chrono::TimeDelta::from_std(turn_gap(Duration::from_secs(15))).unwrap();
+        for (n, d) in deliveries[2..].iter().enumerate() {
+            assert_eq!(handle(d).await, DeliverOutcome::Held);
+            let waiting = stored(d);
+            let turn = waiting.turn_at.expect("a turn");
+            assert_eq!(waiting.next_attempt_at, Some(turn));
+            assert_eq!(waiting.total_attempts, 0);
+            let ahead = turn - now;
+            let expected = gap * i32::try_from(n + 1).unwrap();
+            assert!(
+                (ahead - expected).num_milliseconds().abs() < 500,
+                "turn {n} is {ahead} ahead"
+            );
+        }
+        assert_eq!(requests(), 2);
+        // At its turn the third goes, without taking another.
+        SLOW_SHIFT_MS.store(gap.num_milliseconds(), Ordering::SeqCst);
+        assert_eq!(handle(&deliveries[2]).await, DeliverOutcome::Delivered);
+        assert_eq!(requests(), 3);
+        let next = deliverer.store.endpoint(&ep.id).unwrap().turn_next.unwrap();
+        assert!((next - now - gap * 3).num_milliseconds().abs() < 500);
     }
 
     /// A sender whose every request goes unanswered after `delay`.

@@ -608,6 +608,24 @@ impl Store for MemoryStore {
             _ => Ok(None),
         }
     }
+    async fn take_turn(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        now: DateTime<Utc>,
+        gap: Duration,
+    ) -> Result<Option<DateTime<Utc>>> {
+        let gap = chrono::TimeDelta::from_std(gap).expect("a turn gap is seconds");
+        let mut s = lock(&self.state);
+        Ok(s.endpoints
+            .get_mut(id)
+            .filter(|e| &e.app_id == app)
+            .map(|e| {
+                let turn = e.turn_next.filter(|next| *next >= now).unwrap_or(now);
+                e.turn_next = Some(turn + gap);
+                turn
+            }))
+    }
     async fn clear_unanswered(&self, app: &AppId, id: &EndpointId) -> Result<()> {
         if let Some(e) = lock(&self.state)
             .endpoints

@@ -480,6 +480,18 @@ pub trait Store: Send + Sync {
         run_from: DateTime<Utc>,
     ) -> impl Future<Output = Result<Option<u32>>> + Send;
 
+    /// Takes the next turn of a slow endpoint's requests
+    /// ([`hookline_core::circuit::SLOW_SHARE`]): `now` when its turns are
+    /// idle (the next free one passed), else the next free one; the next
+    /// free turn moves `gap` on. `None` when the endpoint is gone.
+    fn take_turn(
+        &self,
+        app: &AppId,
+        id: &EndpointId,
+        now: DateTime<Utc>,
+        gap: std::time::Duration,
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>>> + Send;
+
     /// Ends the endpoint's run of unanswered requests (it answered); no
     /// write when it has none.
     fn clear_unanswered(
