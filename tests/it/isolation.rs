@@ -411,6 +411,17 @@ async fn portal_sessions_end_with_their_key_and_are_listed_without_tokens() {
     );
 }
 
+/// How many of `ids` have failed.
+async fn failed_among(stack: &Stack, ids: &[String]) -> usize {
+    let mut failed = 0;
+    for id in ids {
+        if stack.delivery(id).await.status == hookline_core::model::DeliveryStatus::Failed {
+            failed += 1;
+        }
+    }
+    failed
+}
+
 /// #39 item 10: a hung endpoint cannot starve other tenants. The local
 /// pollers run the deliver mapping's `MaximumConcurrency` (10) batches of
 /// 10 at once, as Lambda does, with a 5 s delivery timeout. One app's
@@ -530,13 +541,11 @@ async fn a_hung_endpoint_does_not_starve_another_apps_endpoint() {
                 d.version
             );
         }
-        let mut failed = 0;
-        for id in &stuck {
-            if stack.delivery(id).await.status == DeliveryStatus::Failed {
-                failed += 1;
-            }
-        }
-        assert_eq!(failed, 200, "none delivered to a hung endpoint, none lost");
+        assert_eq!(
+            failed_among(&stack, &stuck).await,
+            200,
+            "none delivered to a hung endpoint, none lost"
+        );
         let requests = hung.received().len();
         // Without the circuit: 600 (3 attempts each), each holding a
         // deliver slot 5 s.
@@ -694,7 +703,6 @@ async fn an_endpoints_circuit_and_a_held_delivery_round_trip_on_moto() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_endpoint_holds_at_most_its_share_of_deliver() {
     use hookline_core::circuit::SLOW_SHARE;
-    use hookline_core::model::DeliveryStatus;
     use hookline_tests::delivery_ids;
     use hookline_tests::receiver::Reply;
     use std::time::Instant;
@@ -760,13 +768,11 @@ async fn a_slow_endpoint_holds_at_most_its_share_of_deliver() {
             most_at_once <= usize::try_from(SLOW_SHARE).unwrap(),
             "{most_at_once} requests at once to the slow endpoint"
         );
-        let mut failed = 0;
-        for id in &paced {
-            if stack.delivery(id).await.status == DeliveryStatus::Failed {
-                failed += 1;
-            }
-        }
-        assert_eq!(failed, 0, "waiting for a turn burns no attempt");
+        assert_eq!(
+            failed_among(&stack, &paced).await,
+            0,
+            "waiting for a turn burns no attempt"
+        );
         let sent = slow.received().len();
         stop.send(true).expect("the pollers listen");
         record_figures(

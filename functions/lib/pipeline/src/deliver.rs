@@ -471,20 +471,16 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         };
 
         // An unreachable endpoint's deliveries wait (no attempt) rather
-        // than each hold a deliver slot for a delivery timeout; past its
-        // schedule a held delivery fails as its last attempt would have.
+        // than each hold a deliver slot for a delivery timeout, a slow
+        // one's wait for their turns; past its schedule a held delivery
+        // fails as its last attempt would have.
         let mut admitted = None;
         let mut held_to_its_end = false;
         if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
             match self.admit(ep, &delivery, now).await? {
                 Admission::Turn(turn) => {
                     delivery.wait_turn(turn, now)?;
-                    if !self
-                        .store
-                        .update_delivery(&delivery, expected_version)
-                        .await?
-                    {
-                        tracing::warn!(delivery_id = %delivery.id, "turn raced with another writer");
+                    if !self.put_back(&delivery, expected_version).await? {
                         return Ok(DeliverOutcome::Stale);
                     }
                     tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, turn = %turn.to_rfc3339(), "slow endpoint: the attempt waits for its turn");
@@ -497,12 +493,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     .unwrap_or(chrono::TimeDelta::MAX);
                     if !delivery.hold(until, remaining, now)? {
                         held_to_its_end = true;
-                    } else if !self
-                        .store
-                        .update_delivery(&delivery, expected_version)
-                        .await?
-                    {
-                        tracing::warn!(delivery_id = %delivery.id, "hold raced with another writer");
+                    } else if !self.put_back(&delivery, expected_version).await? {
                         return Ok(DeliverOutcome::Stale);
                     } else {
                         tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, until = %until.to_rfc3339(), "endpoint unreachable: the delivery waits, no attempt made");
@@ -522,12 +513,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         {
             if let Some(slot) = self.pace(&delivery, ep, now).await? {
                 delivery.throttle(slot, now)?;
-                if !self
-                    .store
-                    .update_delivery(&delivery, expected_version)
-                    .await?
-                {
-                    tracing::warn!(delivery_id = %delivery.id, "throttle raced with another writer");
+                if !self.put_back(&delivery, expected_version).await? {
                     return Ok(DeliverOutcome::Stale);
                 }
                 tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, slot = %slot.to_rfc3339(), "rate limited: the attempt waits for its send slot");
@@ -725,12 +711,32 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         Ok(outcome)
     }
 
+    /// Writes a delivery put back without an attempt (held, or waiting
+    /// for its turn or send slot): `false` when another writer came first
+    /// (its version moved on; this message is stale).
+    async fn put_back(
+        &self,
+        delivery: &Delivery,
+        expected_version: u64,
+    ) -> Result<bool, PipelineError> {
+        let written = self
+            .store
+            .update_delivery(delivery, expected_version)
+            .await?;
+        if !written {
+            tracing::warn!(delivery_id = %delivery.id, "putting the delivery back raced with another writer");
+        }
+        Ok(written)
+    }
+
     /// Whether a due delivery to `endpoint` is sent now: not while its
     /// circuit is open (held until it ends, spread over
     /// [`HOLD_SPREAD_MS`]); once it has ended, only by the deliver that
-    /// takes the probe (the others wait for the probe's answer); and while
-    /// its last request here got no answer, only [`UNREACHABLE_IN_FLIGHT`]
-    /// at a time from this process (the others wait a delivery timeout).
+    /// takes the probe (the others wait for the probe's answer); while it
+    /// answers slowly, on the delivery's turn (one is taken if it holds
+    /// none: [`hookline_core::circuit::SLOW_SHARE`]); and while its run of
+    /// unanswered requests lasts, only [`UNREACHABLE_IN_FLIGHT`] at a time
+    /// from this process (the others wait a delivery timeout).
     async fn admit<'a>(
         &'a self,
         endpoint: &Endpoint,
