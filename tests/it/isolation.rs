@@ -746,14 +746,25 @@ async fn a_slow_endpoint_holds_at_most_its_share_of_deliver() {
             longest <= Duration::from_secs(3),
             "a healthy event waited {longest:?} after its 202"
         );
-        // Its requests in flight at once from then on (each lasts 2 s).
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        let starts: Vec<Instant> = slow
-            .received()
-            .iter()
-            .map(|r| r.at)
-            .filter(|at| *at >= measured_from)
-            .collect();
+        // Its requests from then on: they go on in turns (2.5 s apart),
+        // never more than its share in flight at once (each lasts 2 s).
+        let paced_requests = || {
+            slow.received()
+                .iter()
+                .map(|r| r.at)
+                .filter(|at| *at >= measured_from)
+                .collect::<Vec<Instant>>()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while paced_requests().len() < 4 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let starts = paced_requests();
+        assert!(
+            starts.len() >= 4,
+            "the slow endpoint's turns go on: {}",
+            starts.len()
+        );
         let most_at_once = starts
             .iter()
             .map(|t| {

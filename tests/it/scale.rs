@@ -333,6 +333,18 @@ async fn a_replay_reads_only_its_own_apps_events() {
         .endpoint_call("POST", "busy", &busy_endpoint, "/replay", Some(window))
         .await;
     assert_eq!(status, 202, "{body}");
+    // Its inline share reads what its time budget allows; the stream's
+    // record of it completes it in the background.
+    let status_url = format!("/replays/{}", body["id"].as_str().unwrap());
+    let done = stack
+        .pump_until(Duration::from_secs(120), || async {
+            let (_, replay) = stack
+                .endpoint_call("GET", "busy", &busy_endpoint, &status_url, None)
+                .await;
+            replay["complete"].as_bool() == Some(true)
+        })
+        .await;
+    assert!(done, "the busy app's replay completes");
     let busy_reads = items_queried(&counter);
     assert!(
         busy_reads >= 2_000,

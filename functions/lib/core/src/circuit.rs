@@ -63,10 +63,16 @@ pub fn run_window(delivery_timeout: Duration) -> Duration {
 pub const SLOW_SHARE: u32 = 2;
 
 /// Whether an answer this slow makes its endpoint a slow one: a fifth of
-/// the delivery timeout or more (3 s at the default 15 s).
+/// the delivery timeout or more (3 s at the default 15 s), and never under
+/// [`SLOW_FLOOR`].
 pub fn is_slow(latency: Duration, delivery_timeout: Duration) -> bool {
-    latency >= delivery_timeout / 5
+    latency >= (delivery_timeout / 5).max(SLOW_FLOOR)
 }
+
+/// The least latency that makes an endpoint slow, whatever the delivery
+/// timeout: an answer within a second is a working receiver (with a 2 s
+/// timeout a fifth would pace one answering in 400 ms).
+pub const SLOW_FLOOR: Duration = Duration::from_secs(1);
 
 /// The time between two turns of a slow endpoint: a request lasts a
 /// delivery timeout at most, so starts this far apart keep at most
