@@ -1871,6 +1871,7 @@ impl Store for DynamoStore {
         &self,
         app: &AppId,
         id: &EndpointId,
+        version: u64,
         circuit: Option<&hookline_core::circuit::Circuit>,
         expected: Option<DateTime<Utc>>,
     ) -> Result<bool> {
@@ -1887,13 +1888,19 @@ impl Store for DynamoStore {
                 .expression_attribute_values(":circuit", av(c)?),
             None => request.update_expression("REMOVE circuit, unanswered_count, unanswered_since"),
         };
-        // A deleted endpoint stays deleted; another deliver's change wins.
+        // A deleted endpoint stays deleted; a PATCH since, or another
+        // deliver's change, wins.
+        let request =
+            request.expression_attribute_values(":version", AttributeValue::N(version.to_string()));
         let request = match expected {
             Some(until) => request
-                .condition_expression("attribute_exists(PK) AND circuit.open_until = :expected")
+                .condition_expression(
+                    "attribute_exists(PK) AND version = :version AND circuit.open_until = :expected",
+                )
                 .expression_attribute_values(":expected", av(&until)?),
-            None => request
-                .condition_expression("attribute_exists(PK) AND attribute_not_exists(circuit)"),
+            None => request.condition_expression(
+                "attribute_exists(PK) AND version = :version AND attribute_not_exists(circuit)",
+            ),
         };
         let _g = self.write_guard().await?;
         condition_to_bool(request.send().await, "UpdateItem")
@@ -1903,6 +1910,7 @@ impl Store for DynamoStore {
         &self,
         app: &AppId,
         id: &EndpointId,
+        version: u64,
         now: DateTime<Utc>,
         run_from: DateTime<Utc>,
     ) -> Result<Option<u32>> {
@@ -1913,12 +1921,12 @@ impl Store for DynamoStore {
         let attempts = [
             (
                 "SET unanswered_since = if_not_exists(unanswered_since, :now) ADD unanswered_count :one",
-                "attribute_exists(PK) AND attribute_not_exists(circuit) \
+                "attribute_exists(PK) AND version = :version AND attribute_not_exists(circuit) \
                  AND (attribute_not_exists(unanswered_since) OR unanswered_since >= :from)",
             ),
             (
                 "SET unanswered_since = :now, unanswered_count = :one",
-                "attribute_exists(PK) AND attribute_not_exists(circuit)",
+                "attribute_exists(PK) AND version = :version AND attribute_not_exists(circuit)",
             ),
         ];
         for (i, (update, condition)) in attempts.into_iter().enumerate() {
@@ -1931,6 +1939,7 @@ impl Store for DynamoStore {
                 .condition_expression(condition)
                 .expression_attribute_values(":now", ms(now))
                 .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .expression_attribute_values(":version", AttributeValue::N(version.to_string()))
                 // ALL_NEW, not UPDATED_NEW: moto's UPDATED_NEW left the
                 // ADDed count out of this update (seen in the moto test).
                 .return_values(ReturnValue::AllNew);

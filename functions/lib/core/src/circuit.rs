@@ -17,7 +17,7 @@
 //! then, among many answered, never opens its circuit.
 //!
 //! An endpoint that answers, but slowly (a fifth of the delivery timeout or
-//! more), is paced instead: its requests start in turns, at most
+//! more, [`SLOW_AFTER`] times in a row), is paced instead: its requests start in turns, at most
 //! [`SLOW_SHARE`] in flight across every process, so it cannot hold every
 //! deliver environment either.
 //!
@@ -57,37 +57,47 @@ pub fn run_window(delivery_timeout: Duration) -> Duration {
 
 /// Requests in flight at once, across every deliver process, to an
 /// endpoint that answers slowly ([`is_slow`]): its requests start in
-/// turns [`turn_gap`] apart, so a slow endpoint holds at most this many
+/// turns [`turn_gap`] apart, so a slow endpoint holds about this many
 /// deliver environments (of `DeliverMaxConcurrency`, 10 by default) while
 /// the others go on; its deliveries wait for their turn, budgets kept.
 pub const SLOW_SHARE: u32 = 2;
 
-/// Whether an answer this slow makes its endpoint a slow one: a fifth of
-/// the delivery timeout or more (3 s at the default 15 s), and never under
+/// Slow answers in a row (in one process) that make it pace an endpoint:
+/// one slow answer among fast ones is a blip, not a slow receiver. One
+/// fast answer ends the pacing.
+pub const SLOW_AFTER: u32 = 2;
+
+/// Whether an answer this slow is a slow one: a fifth of the delivery
+/// timeout or more (3 s at the default 15 s), and never under
 /// [`SLOW_FLOOR`].
 pub fn is_slow(latency: Duration, delivery_timeout: Duration) -> bool {
     latency >= (delivery_timeout / 5).max(SLOW_FLOOR)
 }
 
-/// The least latency that makes an endpoint slow, whatever the delivery
+/// The least latency that makes an answer slow, whatever the delivery
 /// timeout: an answer within a second is a working receiver (with a 2 s
 /// timeout a fifth would pace one answering in 400 ms).
 pub const SLOW_FLOOR: Duration = Duration::from_secs(1);
 
-/// The time between two turns of a slow endpoint: a request lasts a
-/// delivery timeout at most, so starts this far apart keep at most
-/// [`SLOW_SHARE`] in flight (7.5 s at the default 15 s: 8 requests a
-/// minute).
-pub fn turn_gap(delivery_timeout: Duration) -> Duration {
-    delivery_timeout / SLOW_SHARE
+/// The time between two turns of a slow endpoint whose answers take
+/// `latency`: starts this far apart keep about [`SLOW_SHARE`] in flight
+/// (1.5 s for 3 s answers: 40 requests a minute; 7.5 s at a 15 s
+/// timeout).
+pub fn turn_gap(latency: Duration) -> Duration {
+    latency / SLOW_SHARE
 }
 
-/// Whether a delivery holding the turn `turn` may go at `now` on it: from
-/// a second before it (a queue's delay is whole seconds) to the next
-/// turn. Later, its turn has passed: it takes a new one.
-pub fn turn_is_now(turn: DateTime<Utc>, gap: Duration, now: DateTime<Utc>) -> bool {
-    now >= turn - chrono::TimeDelta::seconds(1) && now < turn + delta(gap)
+/// Whether a delivery holding the turn `turn` goes at `now`: from
+/// [`TURN_EARLY`] before it on (deliver handles a message that early: a
+/// queue's delay is whole seconds). One picked up late (a backlog) still
+/// goes on its turn rather than take another at the back of the line.
+pub fn turn_has_come(turn: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    now >= turn - delta(TURN_EARLY)
 }
+
+/// How early a turn may be taken: deliver's slack for a message handled
+/// before its `not_before`.
+pub const TURN_EARLY: Duration = Duration::from_millis(500);
 
 /// The circuit of an endpoint, stored on it (absent: closed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,10 @@
 //! - [`catalog`]: the event-type catalog's definitions, and an endpoint's
 //!   subscriptions checked against it (closest names suggested).
 //! - [`circuit`]: an endpoint's circuit (open while it times out or refuses
-//!   connections: its deliveries wait, one probe closes it).
+//!   connections: its deliveries wait, one probe closes it), and the pacing of
+//!   one that answers slowly (its requests in turns).
+//! - [`ordering`]: ordering per key (the order at commit, the gate of a
+//!   delivery waiting for its predecessor).
 //! - [`rate`]: per-endpoint rate limits as numbered send slots.
 //! - [`retry`]: [`RetryPolicy`](retry::RetryPolicy) (the seed's schedule by
 //!   default, or one parsed from `"5s,5m,30m"`), `Retry-After` parsing, and
@@ -28,6 +31,7 @@ pub mod circuit;
 pub mod error;
 pub mod ids;
 pub mod model;
+pub mod ordering;
 pub mod rate;
 pub mod retry;
 pub mod signing;

@@ -805,51 +805,84 @@ impl Delivery {
 
     /// Puts this pending delivery's next attempt at `turn`, the turn its
     /// slow endpoint's pacing gave it ([`crate::circuit::SLOW_SHARE`]),
-    /// under a new version; attempt count and budget untouched.
-    pub fn wait_turn(&mut self, turn: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), CoreError> {
-        if self.status != DeliveryStatus::Pending {
-            return Err(CoreError::IllegalTransition {
-                from: self.status.as_str(),
-                action: "wait_turn",
-            });
+    /// under a new version; attempt count and budget untouched. Not past
+    /// the end of its schedule (`remaining`, as for [`Delivery::hold`]):
+    /// `Ok(false)`, nothing changed, when its turn comes after it (the
+    /// caller fails it).
+    pub fn wait_turn(
+        &mut self,
+        turn: DateTime<Utc>,
+        remaining: chrono::TimeDelta,
+        now: DateTime<Utc>,
+    ) -> Result<bool, CoreError> {
+        self.check_pending("wait_turn")?;
+        let deadline = self.hold_deadline(Some(remaining), now);
+        if deadline.is_some_and(|end| turn > end) {
+            return Ok(false);
         }
         self.version += 1;
         self.requeued = false;
         self.next_attempt_at = Some(turn);
         self.turn_at = Some(turn);
+        if deadline.is_some() {
+            self.held_until_deadline = deadline;
+        }
         self.updated_at = now;
-        Ok(())
+        Ok(true)
     }
 
-    /// Holds this pending delivery back until `until` without an attempt
-    /// (its endpoint's circuit is open: [`crate::circuit`]), under a new
-    /// version; attempt count and budget untouched. It never waits past
-    /// the end of its schedule: `remaining` (what its schedule had left)
-    /// from its first hold. `Ok(false)`, nothing changed: that end has come
-    /// (the caller fails it, as its last attempt would have).
+    /// Holds this pending delivery back until `until` without an attempt,
+    /// under a new version; attempt count and budget untouched. Held by an
+    /// open circuit ([`crate::circuit`]) it never waits past the end of its
+    /// schedule: `remaining` (what its schedule had left) from its first
+    /// hold; `Ok(false)`, nothing changed: that end has come (the caller
+    /// fails it, as its last attempt would have). Held for another reason
+    /// (`remaining` `None`: one request of this process is in flight to
+    /// the endpoint), it has no deadline: the hold is a delivery timeout.
     pub fn hold(
         &mut self,
         until: DateTime<Utc>,
-        remaining: chrono::TimeDelta,
+        remaining: Option<chrono::TimeDelta>,
         now: DateTime<Utc>,
     ) -> Result<bool, CoreError> {
-        if self.status != DeliveryStatus::Pending {
-            return Err(CoreError::IllegalTransition {
-                from: self.status.as_str(),
-                action: "hold",
-            });
-        }
-        let deadline = self.held_until_deadline.unwrap_or(now + remaining);
-        if now >= deadline {
+        self.check_pending("hold")?;
+        let deadline = self.hold_deadline(remaining, now);
+        if deadline.is_some_and(|end| now >= end) {
             return Ok(false);
         }
         self.version += 1;
         self.requeued = false;
         self.throttled_until = None;
-        self.next_attempt_at = Some(until.min(deadline));
-        self.held_until_deadline = Some(deadline);
+        self.next_attempt_at = Some(deadline.map_or(until, |end| until.min(end)));
+        if deadline.is_some() {
+            self.held_until_deadline = deadline;
+        }
         self.updated_at = now;
         Ok(true)
+    }
+
+    /// The end of a held delivery's schedule: the one its first hold set,
+    /// else `remaining` from now (`None`: no deadline, or one beyond the
+    /// calendar).
+    fn hold_deadline(
+        &self,
+        remaining: Option<chrono::TimeDelta>,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let remaining = remaining?;
+        self.held_until_deadline
+            .or_else(|| now.checked_add_signed(remaining))
+    }
+
+    fn check_pending(&self, action: &'static str) -> Result<(), CoreError> {
+        if self.status == DeliveryStatus::Pending {
+            Ok(())
+        } else {
+            Err(CoreError::IllegalTransition {
+                from: self.status.as_str(),
+                action,
+            })
+        }
     }
 
     /// The send slot the limiter gave this delivery's next attempt, if it
@@ -1055,7 +1088,7 @@ mod tests {
         let due = t0() + chrono::TimeDelta::seconds(1);
         let version = d.version;
         assert!(d
-            .hold(due + chrono::TimeDelta::seconds(4), remaining, due)
+            .hold(due + chrono::TimeDelta::seconds(4), Some(remaining), due)
             .unwrap());
         assert_eq!(d.version, version + 1, "a new version: the message is done");
         assert_eq!((d.attempt_count, d.total_attempts), (1, 1), "no attempt");
@@ -1063,13 +1096,17 @@ mod tests {
         // Held again: never past the first hold's deadline, then no more.
         let later = due + chrono::TimeDelta::seconds(4);
         assert!(d
-            .hold(later + chrono::TimeDelta::seconds(30), remaining, later)
+            .hold(
+                later + chrono::TimeDelta::seconds(30),
+                Some(remaining),
+                later
+            )
             .unwrap());
         assert_eq!(d.next_attempt_at, Some(due + remaining));
         assert!(!d
             .hold(
                 due + remaining + chrono::TimeDelta::seconds(30),
-                remaining,
+                Some(remaining),
                 due + remaining
             )
             .unwrap());
@@ -1083,9 +1120,34 @@ mod tests {
         .unwrap();
         assert_eq!(d.held_until_deadline, None);
         assert!(
-            d.hold(due, remaining, due).is_err(),
+            d.hold(due, Some(remaining), due).is_err(),
             "only a pending one is held"
         );
+    }
+
+    #[test]
+    fn a_hold_without_a_deadline_and_a_turn_past_the_schedule() {
+        let s = |n| chrono::TimeDelta::seconds(n);
+        let now = t0();
+        let mut d = delivery();
+        assert!(d.hold(now + s(5), None, now).unwrap());
+        assert_eq!(d.held_until_deadline, None, "a cap's hold has no deadline");
+        // A schedule beyond the calendar: no deadline, no overflow.
+        assert!(d
+            .hold(now + s(5), Some(chrono::TimeDelta::MAX), now)
+            .unwrap());
+        assert_eq!(d.held_until_deadline, None);
+        // A turn after the schedule's end is refused; one before is kept,
+        // with that end.
+        let mut d = delivery();
+        assert!(!d.wait_turn(now + s(10), s(6), now).unwrap());
+        assert_eq!(d.version, 0, "nothing changed");
+        assert!(d.wait_turn(now + s(5), s(6), now).unwrap());
+        assert_eq!(
+            (d.turn_at, d.next_attempt_at),
+            (Some(now + s(5)), Some(now + s(5)))
+        );
+        assert_eq!(d.held_until_deadline, Some(now + s(6)));
     }
 
     #[test]

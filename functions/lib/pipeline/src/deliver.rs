@@ -60,8 +60,10 @@ const IN_PROCESS_WAIT: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 const LATE_RETAKES: usize = 3;
 
 /// A message is handled this much before `not_before` at the earliest (SQS
-/// delays are whole seconds, rounded up by dispatch).
+/// delays are whole seconds, rounded up by dispatch). A slow endpoint's
+/// turn is taken as early ([`hookline_core::circuit::TURN_EARLY`]).
 const EARLY_SLACK_MS: i64 = 500;
+const _: () = assert!(hookline_core::circuit::TURN_EARLY.as_millis() == EARLY_SLACK_MS as u128);
 /// A process reports how late it receives due messages at most this often
 /// (one small write; none while messages arrive on time).
 pub const QUEUE_LAG_REPORT_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
@@ -128,8 +130,12 @@ pub struct Deliverer<S, Q, H> {
 struct Reach {
     unanswered: bool,
     in_flight: u32,
-    /// Its last answer here was slow ([`hookline_core::circuit::is_slow`]).
-    slow: bool,
+    /// Slow answers in a row here ([`hookline_core::circuit::is_slow`]).
+    slow_in_a_row: u32,
+    /// While this process paces it (at [`hookline_core::circuit::SLOW_AFTER`]
+    /// slow answers in a row, until a fast one): the last slow answer's
+    /// latency.
+    pacing: Option<Duration>,
 }
 
 /// What one request to an endpoint met.
@@ -149,8 +155,10 @@ enum Admission<'a> {
         probe: Option<hookline_core::circuit::Circuit>,
         _slot: InFlight<'a>,
     },
-    /// Held until then, no attempt made.
-    Wait(DateTime<Utc>),
+    /// Held until `until`, no attempt made; `circuit`: by its open
+    /// circuit (the hold ends with the delivery's schedule), else by this
+    /// process's one request in flight to it (no deadline).
+    Wait { until: DateTime<Utc>, circuit: bool },
     /// Its slow endpoint's pacing gave it this turn: it waits for it, no
     /// attempt made.
     Turn(DateTime<Utc>),
@@ -475,24 +483,33 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         // one's wait for their turns; past its schedule a held delivery
         // fails as its last attempt would have.
         let mut admitted = None;
-        let mut held_to_its_end = false;
+        // Why the delivery's schedule ended without a request, if it did.
+        let mut ended_unsent = None;
         if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
+            // What its schedule has left (none representable: no end).
+            let remaining = chrono::TimeDelta::from_std(
+                self.settings.retry.remaining_window(delivery.attempt_count),
+            )
+            .unwrap_or(chrono::TimeDelta::MAX);
             match self.admit(ep, &delivery, now).await? {
                 Admission::Turn(turn) => {
-                    delivery.wait_turn(turn, now)?;
-                    if !self.put_back(&delivery, expected_version).await? {
+                    if !delivery.wait_turn(turn, remaining, now)? {
+                        ended_unsent = Some(
+                            "endpoint too slow: its turn came after the end of the delivery's schedule",
+                        );
+                    } else if !self.put_back(&delivery, expected_version).await? {
                         return Ok(DeliverOutcome::Stale);
+                    } else {
+                        tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, turn = %turn.to_rfc3339(), "slow endpoint: the attempt waits for its turn");
+                        return Ok(DeliverOutcome::Held);
                     }
-                    tracing::info!(delivery_id = %delivery.id, endpoint_id = %ep.id, turn = %turn.to_rfc3339(), "slow endpoint: the attempt waits for its turn");
-                    return Ok(DeliverOutcome::Held);
                 }
-                Admission::Wait(until) => {
-                    let remaining = chrono::TimeDelta::from_std(
-                        self.settings.retry.remaining_window(delivery.attempt_count),
-                    )
-                    .unwrap_or(chrono::TimeDelta::MAX);
-                    if !delivery.hold(until, remaining, now)? {
-                        held_to_its_end = true;
+                Admission::Wait { until, circuit } => {
+                    let deadline = circuit.then_some(remaining);
+                    if !delivery.hold(until, deadline, now)? {
+                        ended_unsent = Some(
+                            "endpoint unreachable: its circuit was open at the end of the delivery's schedule",
+                        );
                     } else if !self.put_back(&delivery, expected_version).await? {
                         return Ok(DeliverOutcome::Stale);
                     } else {
@@ -509,7 +526,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         };
         if let Some(ep) = endpoint
             .as_ref()
-            .filter(|ep| !ep.disabled && !held_to_its_end)
+            .filter(|ep| !ep.disabled && ended_unsent.is_none())
         {
             if let Some(slot) = self.pace(&delivery, ep, now).await? {
                 delivery.throttle(slot, now)?;
@@ -525,10 +542,8 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             Some(ep) if ep.disabled => {
                 (delivery.fail_now(not_deliverable("endpoint disabled"))?, 0)
             }
-            Some(_) if held_to_its_end => (
-                delivery.fail_now(not_deliverable(
-                    "endpoint unreachable: its circuit stayed open to the end of the delivery's schedule",
-                ))?,
+            Some(_) if ended_unsent.is_some() => (
+                delivery.fail_now(not_deliverable(ended_unsent.expect("matched as some")))?,
                 0,
             ),
             Some(ep) => match self.body_of(message, &delivery).await? {
@@ -693,7 +708,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 error: error.as_deref(),
                 latency,
             };
-            self.observe_reach(ep, reach, probe.as_ref(), now).await;
+            // Judged when the request ended: a circuit opens for its whole
+            // cool-down from then.
+            self.observe_reach(ep, reach, probe.as_ref(), (self.clock)())
+                .await;
         }
         if let Some(ep) = endpoint.as_ref().filter(|ep| !ep.disabled) {
             if gone {
@@ -743,7 +761,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         delivery: &Delivery,
         now: DateTime<Utc>,
     ) -> Result<Admission<'a>, PipelineError> {
-        use hookline_core::circuit::{gate, turn_gap, turn_is_now, Gate};
+        use hookline_core::circuit::{gate, turn_gap, turn_has_come, Gate};
         let probe_for = self.settings.delivery_timeout + PROBE_SLACK;
         let mut probe = None;
         match gate(endpoint.circuit.as_ref(), now) {
@@ -753,7 +771,10 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 let spread = chrono::TimeDelta::milliseconds(
                     i64::try_from(spread).expect("under HOLD_SPREAD_MS"),
                 );
-                return Ok(Admission::Wait(until + spread));
+                return Ok(Admission::Wait {
+                    until: until + spread,
+                    circuit: true,
+                });
             }
             Gate::Probe => {
                 let circuit = endpoint
@@ -766,6 +787,7 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     .set_circuit(
                         &endpoint.app_id,
                         &endpoint.id,
+                        endpoint.version,
                         Some(&taken),
                         Some(circuit.open_until),
                     )
@@ -773,41 +795,44 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 // Either way the cached circuit is out of date.
                 self.forget_endpoint(&endpoint.id);
                 if !won {
-                    return Ok(Admission::Wait(now + to_delta(probe_for)));
+                    return Ok(Admission::Wait {
+                        until: now + to_delta(probe_for),
+                        circuit: true,
+                    });
                 }
                 tracing::info!(endpoint_id = %endpoint.id, "circuit probe taken");
                 probe = Some(taken);
             }
         }
-        // A slow endpoint (as this process saw it, or others pace it):
-        // its requests go in turns.
-        let paced = lock(&self.reach)
+        // A slow endpoint, as this process sees it: its requests go in
+        // turns; a delivery holding one goes when it has come, even late.
+        let pacing = lock(&self.reach)
             .get(&endpoint.id)
-            .is_some_and(|seen| seen.slow)
-            || endpoint.turn_next.is_some_and(|next| next > now);
-        if probe.is_none() && paced {
-            let gap = turn_gap(self.settings.delivery_timeout);
-            match delivery.turn_at {
-                Some(turn) if turn_is_now(turn, gap, now) => {}
-                Some(turn) if turn > now => return Ok(Admission::Turn(turn)),
-                _ => {
-                    let turn = self
-                        .store
-                        .take_turn(&endpoint.app_id, &endpoint.id, now, gap)
-                        .await?;
-                    if let Some(turn) = turn.filter(|turn| !turn_is_now(*turn, gap, now)) {
-                        return Ok(Admission::Turn(turn));
-                    }
+            .and_then(|seen| seen.pacing);
+        match (probe.is_none(), pacing, delivery.turn_at) {
+            (true, Some(_), Some(turn)) if !turn_has_come(turn, now) => {
+                return Ok(Admission::Turn(turn))
+            }
+            (true, Some(latency), None) => {
+                let gap = turn_gap(latency.min(self.settings.delivery_timeout));
+                let turn = self
+                    .store
+                    .take_turn(&endpoint.app_id, &endpoint.id, now, gap)
+                    .await?;
+                if let Some(turn) = turn.filter(|turn| !turn_has_come(*turn, now)) {
+                    return Ok(Admission::Turn(turn));
                 }
             }
+            _ => {}
         }
         let mut reach = lock(&self.reach);
         let seen = reach.entry(endpoint.id.clone()).or_default();
         let suspect = seen.unanswered || endpoint.unanswered_count > 0;
         if probe.is_none() && suspect && seen.in_flight >= UNREACHABLE_IN_FLIGHT {
-            return Ok(Admission::Wait(
-                now + to_delta(self.settings.delivery_timeout),
-            ));
+            return Ok(Admission::Wait {
+                until: now + to_delta(self.settings.delivery_timeout),
+                circuit: false,
+            });
         }
         seen.in_flight += 1;
         Ok(Admission::Send {
@@ -838,12 +863,18 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         probe: Option<&hookline_core::circuit::Circuit>,
         now: DateTime<Utc>,
     ) {
-        use hookline_core::circuit::{is_slow, run_window, Circuit, OPEN_AFTER};
+        use hookline_core::circuit::{is_slow, run_window, Circuit, OPEN_AFTER, SLOW_AFTER};
         let added_before = {
             let mut reach = lock(&self.reach);
             let seen = reach.entry(endpoint.id.clone()).or_default();
-            if answered {
-                seen.slow = is_slow(latency, self.settings.delivery_timeout);
+            if answered && is_slow(latency, self.settings.delivery_timeout) {
+                seen.slow_in_a_row = seen.slow_in_a_row.saturating_add(1);
+                if seen.slow_in_a_row >= SLOW_AFTER {
+                    seen.pacing = Some(latency);
+                }
+            } else if answered {
+                seen.slow_in_a_row = 0;
+                seen.pacing = None;
             }
             std::mem::replace(&mut seen.unanswered, !answered)
         };
@@ -872,7 +903,13 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 let run_from = now - to_delta(run_window(self.settings.delivery_timeout));
                 match self
                     .store
-                    .add_unanswered(&endpoint.app_id, &endpoint.id, now, run_from)
+                    .add_unanswered(
+                        &endpoint.app_id,
+                        &endpoint.id,
+                        endpoint.version,
+                        now,
+                        run_from,
+                    )
                     .await
                 {
                     Ok(Some(run)) if run >= OPEN_AFTER => {
@@ -896,16 +933,20 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
         };
         match self
             .store
-            .set_circuit(&endpoint.app_id, &endpoint.id, change.as_ref(), expected)
+            .set_circuit(
+                &endpoint.app_id,
+                &endpoint.id,
+                endpoint.version,
+                change.as_ref(),
+                expected,
+            )
             .await
         {
             Ok(true) => {
                 tracing::warn!(endpoint_id = %endpoint.id, app_id = %endpoint.app_id, circuit = what, open_until = change.as_ref().map(|c| tracing::field::display(c.open_until)), "endpoint circuit {what}");
-                let mut known = endpoint.clone();
-                known.circuit = change;
-                known.unanswered_count = 0;
-                known.unanswered_since = None;
-                self.remember_endpoint(&endpoint.id, Some(known));
+                // Read afresh next time (the copy judged may be older
+                // than a PATCH; it is not cached again as new).
+                self.forget_endpoint(&endpoint.id);
             }
             Ok(false) => self.forget_endpoint(&endpoint.id),
             Err(err) => {
@@ -1342,7 +1383,7 @@ mod tests {
         assert!(failed.attempts[0]
             .error
             .as_deref()
-            .is_some_and(|e| e.contains("circuit stayed open")));
+            .is_some_and(|e| e.contains("circuit was open")));
         assert_eq!(deliverer.queue.dlq_bodies().len(), 1);
         assert_eq!(requests(), 3, "no request to an open circuit");
         // After the cool-down one probe goes: unanswered, reopened for 60 s.
@@ -1412,10 +1453,11 @@ mod tests {
         Utc::now() + chrono::TimeDelta::milliseconds(SLOW_SHIFT_MS.load(Ordering::SeqCst))
     }
 
-    /// An endpoint that answers slowly (4 s, of a 15 s timeout) is paced:
-    /// its requests start in turns 7.5 s apart across processes, so it
-    /// holds at most two deliver environments; the others wait for their
-    /// turn (no attempt, budget kept) and go on it without taking another.
+    /// An endpoint that answers slowly (4 s, of a 15 s timeout) twice in a
+    /// row is paced: its requests start in turns 2 s apart (half its
+    /// answers' time) across processes, so it holds about two deliver
+    /// environments; the others wait for their turn (no attempt, budget
+    /// kept) and go on it without taking another, even when picked up late.
     #[tokio::test]
     async fn a_slow_endpoint_is_sent_in_turns() {
         use hookline_core::circuit::turn_gap;
@@ -1432,7 +1474,7 @@ mod tests {
         .with_clock(slow_clock);
         let now = Utc::now();
         let ep = stored_endpoint(&deliverer.store, "https://example.com/slow", now).await;
-        let deliveries: Vec<Delivery> = (0..4)
+        let deliveries: Vec<Delivery> = (0..5)
             .map(|n| seeded_delivery(&deliverer.store, &ep, n, now))
             .collect();
         let stored = |d: &Delivery| {
@@ -1449,13 +1491,16 @@ mod tests {
             async move { deliverer.handle(&message).await.unwrap() }
         };
         let requests = || lock(&deliverer.sender.requests).len();
-        // The first answer shows it slow; the next takes the idle turn.
-        assert_eq!(handle(&deliveries[0]).await, DeliverOutcome::Delivered);
-        assert_eq!(handle(&deliveries[1]).await, DeliverOutcome::Delivered);
-        assert_eq!(requests(), 2);
-        // The next two wait for the following turns, no attempt made.
-        let gap = chrono::TimeDelta::from_std(turn_gap(Duration::from_secs(15))).unwrap();
-        for (n, d) in deliveries[2..].iter().enumerate() {
+        // Two slow answers in a row make it paced; the next takes the
+        // idle turn.
+        for d in &deliveries[..3] {
+            assert_eq!(handle(d).await, DeliverOutcome::Delivered);
+        }
+        assert_eq!(requests(), 3);
+        // The next two wait for the following turns (half its 4 s answers
+        // apart), no attempt made.
+        let gap = chrono::TimeDelta::from_std(turn_gap(Duration::from_secs(4))).unwrap();
+        for (n, d) in deliveries[3..].iter().enumerate() {
             assert_eq!(handle(d).await, DeliverOutcome::Held);
             let waiting = stored(d);
             let turn = waiting.turn_at.expect("a turn");
@@ -1468,11 +1513,14 @@ mod tests {
                 "turn {n} is {ahead} ahead"
             );
         }
-        assert_eq!(requests(), 2);
-        // At its turn the third goes, without taking another.
-        SLOW_SHIFT_MS.store(gap.num_milliseconds(), Ordering::SeqCst);
-        assert_eq!(handle(&deliveries[2]).await, DeliverOutcome::Delivered);
         assert_eq!(requests(), 3);
+        // At its turn the fourth goes, without taking another; so does the
+        // fifth picked up late, past the turn after it.
+        SLOW_SHIFT_MS.store(gap.num_milliseconds(), Ordering::SeqCst);
+        assert_eq!(handle(&deliveries[3]).await, DeliverOutcome::Delivered);
+        SLOW_SHIFT_MS.store(gap.num_milliseconds() * 5, Ordering::SeqCst);
+        assert_eq!(handle(&deliveries[4]).await, DeliverOutcome::Delivered);
+        assert_eq!(requests(), 5);
         let next = deliverer.store.endpoint(&ep.id).unwrap().turn_next.unwrap();
         assert!((next - now - gap * 3).num_milliseconds().abs() < 500);
     }

@@ -572,12 +572,17 @@ impl Store for MemoryStore {
         &self,
         app: &AppId,
         id: &EndpointId,
+        version: u64,
         circuit: Option<&hookline_core::circuit::Circuit>,
         expected: Option<DateTime<Utc>>,
     ) -> Result<bool> {
         let mut s = lock(&self.state);
         match s.endpoints.get_mut(id) {
-            Some(e) if &e.app_id == app && e.circuit.as_ref().map(|c| c.open_until) == expected => {
+            Some(e)
+                if &e.app_id == app
+                    && e.version == version
+                    && e.circuit.as_ref().map(|c| c.open_until) == expected =>
+            {
                 e.circuit = circuit.cloned();
                 e.unanswered_count = 0;
                 e.unanswered_since = None;
@@ -590,12 +595,13 @@ impl Store for MemoryStore {
         &self,
         app: &AppId,
         id: &EndpointId,
+        version: u64,
         now: DateTime<Utc>,
         run_from: DateTime<Utc>,
     ) -> Result<Option<u32>> {
         let mut s = lock(&self.state);
         match s.endpoints.get_mut(id) {
-            Some(e) if &e.app_id == app && e.circuit.is_none() => {
+            Some(e) if &e.app_id == app && e.version == version && e.circuit.is_none() => {
                 match e.unanswered_since {
                     Some(since) if since >= run_from => e.unanswered_count += 1,
                     _ => {

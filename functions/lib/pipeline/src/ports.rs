@@ -455,15 +455,17 @@ pub trait Store: Send + Sync {
         expected_version: u64,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Sets an endpoint's circuit (`None`: closes it) if its circuit is
-    /// still the one judged: open until `expected` (`None`: closed), and
-    /// ends its run of unanswered requests. Its version is not bumped
-    /// ([`hookline_core::model::Endpoint::circuit`]). `Ok(false)`: another
-    /// deliver changed it first, or the endpoint is gone; nothing written.
+    /// Sets an endpoint's circuit (`None`: closes it) if it is still at the
+    /// version judged (no PATCH since: another URL is judged afresh) and
+    /// its circuit is still the one judged: open until `expected` (`None`:
+    /// closed); ends its run of unanswered requests. Its version is not
+    /// bumped ([`hookline_core::model::Endpoint::circuit`]). `Ok(false)`:
+    /// another writer came first, or the endpoint is gone; nothing written.
     fn set_circuit(
         &self,
         app: &AppId,
         id: &EndpointId,
+        version: u64,
         circuit: Option<&hookline_core::circuit::Circuit>,
         expected: Option<DateTime<Utc>>,
     ) -> impl Future<Output = Result<bool>> + Send;
@@ -471,11 +473,13 @@ pub trait Store: Send + Sync {
     /// Adds one request that got no answer at `now` to the endpoint's run
     /// of them ([`hookline_core::circuit`]); a run begun before
     /// `run_from` starts over with it. Returns the run's length, or `None`
-    /// (nothing written) when the endpoint's circuit is open or it is gone.
+    /// (nothing written) when the endpoint's circuit is open, it is no
+    /// longer at the version judged (a PATCH since), or it is gone.
     fn add_unanswered(
         &self,
         app: &AppId,
         id: &EndpointId,
+        version: u64,
         now: DateTime<Utc>,
         run_from: DateTime<Utc>,
     ) -> impl Future<Output = Result<Option<u32>>> + Send;
