@@ -219,6 +219,8 @@ pub struct EventOut {
     pub payload: Box<serde_json::value::RawValue>,
     /// Endpoints still to get a delivery item (large fan-outs, in chunks).
     pub fanout_pending: usize,
+    /// Its `ordering_key`, or null.
+    pub ordering_key: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -263,6 +265,11 @@ pub struct DeliveryOut {
     pub updated_at: DateTime<Utc>,
     /// What receivers see as `webhook-id`: stable across every retry.
     pub message_id: String,
+    /// Its event's `ordering_key`, or null.
+    pub ordering_key: Option<String>,
+    /// While it waits for the previous delivery of its ordering key to its
+    /// endpoint to end: that delivery's id; otherwise null.
+    pub blocked_by: Option<String>,
     /// Oldest first (the most recent 30); in the detail answer only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<AttemptOut>>,
@@ -283,6 +290,8 @@ impl DeliveryOut {
             created_at: d.created_at,
             updated_at: d.updated_at,
             message_id: d.message_id().to_string(),
+            ordering_key: d.ordering_key.clone(),
+            blocked_by: d.blocked_by.as_ref().map(ToString::to_string),
             attempts: with_attempts.then(|| d.attempts.iter().map(AttemptOut::from).collect()),
         }
     }

@@ -239,7 +239,10 @@ pub fn matches_pattern(pattern: &Value, record: &Value) -> bool {
         Value::Object(fields) => fields
             .iter()
             .all(|(k, p)| record.get(k).is_some_and(|r| matches_pattern(p, r))),
-        Value::Array(allowed) => allowed.iter().any(|a| a == record),
+        // `{"exists": true}`: any value (its key was found by the caller).
+        Value::Array(allowed) => allowed
+            .iter()
+            .any(|a| a == record || a.get("exists") == Some(&Value::Bool(true))),
         other => other == record,
     }
 }
@@ -522,5 +525,19 @@ mod tests {
         assert!(!matches_pattern(&pattern, &rec("delivery", "failed")));
         assert!(!matches_pattern(&pattern, &rec("endpoint", "pending")));
         assert!(!matches_pattern(&pattern, &json!({"dynamodb": {}})));
+        // `exists`: the attribute with any value, never its absence.
+        let waking: Value = serde_json::from_str(
+            r#"{"dynamodb":{"NewImage":{"status":{"S":["delivered","failed"]},"wake":{"S":[{"exists":true}]}}}}"#,
+        )
+        .unwrap();
+        let ended = |wake: Option<&str>| {
+            let mut image = json!({"status": {"S": "failed"}});
+            if let Some(w) = wake {
+                image["wake"] = json!({"S": w});
+            }
+            json!({"dynamodb": {"NewImage": image}})
+        };
+        assert!(matches_pattern(&waking, &ended(Some("dlv_1"))));
+        assert!(!matches_pattern(&waking, &ended(None)));
     }
 }

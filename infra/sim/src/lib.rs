@@ -68,6 +68,10 @@ pub struct Config {
     pub burst_events: u32,
     pub burst_bytes: usize,
     pub seed: u64,
+    /// Ordering keys per app (0: events without one): event `n` of an app
+    /// takes key `n % ordering_keys`, and each key's deliveries are
+    /// checked to have gone in its order ([`Figures::order_violations`]).
+    pub ordering_keys: u32,
 }
 
 impl Config {
@@ -85,6 +89,7 @@ impl Config {
             burst_events: 2_000,
             burst_bytes: 200 * 1024,
             seed: 35,
+            ordering_keys: 0,
         }
     }
 
@@ -96,6 +101,16 @@ impl Config {
             apps: 20,
             burst_events: 200,
             ..Self::full()
+        }
+    }
+
+    /// The quick run with ordering keys: 20 per app, so each key gets an
+    /// event every 4 s, closer than a failed first attempt's retry (10 s).
+    pub fn quick_ordered() -> Self {
+        Self {
+            ordering_keys: 20,
+            seed: 36,
+            ..Self::quick()
         }
     }
 
@@ -150,6 +165,11 @@ pub struct Figures {
     pub simulated_secs: i64,
     pub run_secs: f64,
     pub peak_rss_mb: f64,
+    /// With ordering keys: the pairs of a key's consecutive deliveries to
+    /// an endpoint checked, and those whose later one's first request came
+    /// before the earlier one's 2xx (must be 0).
+    pub ordered_pairs: u64,
+    pub order_violations: u64,
 }
 
 impl Figures {
@@ -164,7 +184,9 @@ impl Figures {
                 self.received, self.deliveries
             ));
         }
-        if self.longest_recovery_secs > self.recovery_bound_secs {
+        // A key's later deliveries wait for a lost one: the bound is per
+        // loss without keys only.
+        if self.ordered_pairs == 0 && self.longest_recovery_secs > self.recovery_bound_secs {
             return Err(format!(
                 "a loss took {} s to recover (bound {} s)",
                 self.longest_recovery_secs, self.recovery_bound_secs
@@ -180,6 +202,12 @@ impl Figures {
             return Err(format!(
                 "the replay read {} event items for {} events of its app: other apps' too",
                 self.replay_items_read, self.replay_app_events
+            ));
+        }
+        if self.order_violations > 0 {
+            return Err(format!(
+                "{} of {} consecutive deliveries of a key went out of order",
+                self.order_violations, self.ordered_pairs
             ));
         }
         let injected = self.first_messages_dropped + self.stream_records_dropped + self.purged;
@@ -201,7 +229,8 @@ impl Figures {
              | longest loss to receipt | {} s (bound: {} s = `WEBHOOKS_RECONCILE_AFTER` + 2 intervals) |\n\
              | replay (one app, a new endpoint) | {} deliveries; read {} event items, for {} events of its app ({} in all) |\n\
              | reconciler runs, largest sweep lag | {}, {} s |\n\
-             | simulated, wall clock, peak memory | {} s, {:.1} s, {:.0} MB (the whole process: store, queue and receiver included) |\n",
+             | simulated, wall clock, peak memory | {} s, {:.1} s, {:.0} MB (the whole process: store, queue and receiver included) |\n\
+             | ordering keys per app; consecutive pairs checked, out of order | {}; {}, {} |\n",
             config.events_per_second,
             config.apps,
             config.intervals,
@@ -230,6 +259,9 @@ impl Figures {
             self.simulated_secs,
             self.run_secs,
             self.peak_rss_mb,
+            config.ordering_keys,
+            self.ordered_pairs,
+            self.order_violations,
         )
     }
 }
@@ -255,6 +287,11 @@ struct Receiver {
     first_seen: Mutex<HashMap<String, i64>>,
     failed_once: Mutex<HashSet<String>>,
     duplicates: AtomicU64,
+    /// Requests in the order they came: each `webhook-id`'s first request
+    /// and its first 2xx, by that number.
+    requests: AtomicU64,
+    first_request: Mutex<HashMap<String, u64>>,
+    first_ok: Mutex<HashMap<String, u64>>,
 }
 
 const FAIL_ONE_IN: u64 = 20;
@@ -266,6 +303,10 @@ impl Sender for Receiver {
             .get("webhook-id")
             .expect("deliver signs every request with a webhook-id")
             .to_owned();
+        let number = self.requests.fetch_add(1, Ordering::SeqCst);
+        lock(&self.first_request)
+            .entry(id.clone())
+            .or_insert(number);
         let fails = id.bytes().map(u64::from).sum::<u64>() % FAIL_ONE_IN == 0;
         if fails && lock(&self.failed_once).insert(id.clone()) {
             return SendResult {
@@ -274,6 +315,7 @@ impl Sender for Receiver {
                 ..SendResult::default()
             };
         }
+        lock(&self.first_ok).entry(id.clone()).or_insert(number);
         match lock(&self.first_seen).entry(id) {
             std::collections::hash_map::Entry::Occupied(_) => {
                 self.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -296,8 +338,12 @@ struct Queued {
     message: DeliveryMessage,
 }
 
+/// One simulation at a time in a process: they share the simulated clock.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Runs one simulation.
 pub async fn run(config: &Config) -> Figures {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let settings = config.settings();
     let start = Utc
@@ -346,10 +392,16 @@ pub async fn run(config: &Config) -> Figures {
     // each loss is measured to the receipt that recovered it.
     let mut lost_at: HashMap<DeliveryId, i64> = HashMap::new();
     let mut accepted: Vec<DeliveryId> = Vec::new();
+    // With ordering keys: each (app, key, endpoint)'s deliveries in order.
+    let mut chains: HashMap<(String, u32, EndpointId), Vec<DeliveryId>> = HashMap::new();
     let mut queued: BTreeMap<(i64, u64), Queued> = BTreeMap::new();
     let mut sequence = 0u64;
     let load_secs = i64::from(config.intervals) * config.interval_secs;
-    let total_secs = load_secs + config.reconcile_after_secs + 3 * config.interval_secs;
+    // With ordering keys a loss holds back the rest of its key until it is
+    // recovered: the drain is longer (see `Figures::check`).
+    let drain_intervals = if config.ordering_keys > 0 { 10 } else { 3 };
+    let total_secs =
+        load_secs + config.reconcile_after_secs + drain_intervals * config.interval_secs;
     let purge_at = load_secs / 2 + 7;
     let burst_at = load_secs / 3;
     let replay_at = load_secs * 2 / 3 + 3;
@@ -381,16 +433,38 @@ pub async fn run(config: &Config) -> Figures {
                     small
                 };
                 let app = &apps[(figures.events % apps.len() as u64) as usize];
+                let key = (config.ordering_keys > 0).then(|| {
+                    u32::try_from(
+                        figures.events / apps.len() as u64 % u64::from(config.ordering_keys),
+                    )
+                    .expect("a key number under ordering_keys")
+                });
+                let keyed;
+                let body = match key {
+                    Some(k) => {
+                        keyed = with_ordering_key(body, k);
+                        keyed.as_slice()
+                    }
+                    None => body,
+                };
                 let answer = ingest(store, &settings, &Unchecked, app, None, body, at, &mut rng)
                     .await
                     .expect("the in-memory store accepts every event");
                 let value: serde_json::Value =
                     serde_json::from_str(&answer.body).expect("a 202 body is JSON");
-                for id in value["delivery_ids"].as_array().into_iter().flatten() {
-                    let id = DeliveryId::parse(id.as_str().unwrap_or_default())
-                        .expect("a valid delivery id");
-                    accepted.push(id);
+                let ids: Vec<DeliveryId> = value["delivery_ids"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|id| {
+                        DeliveryId::parse(id.as_str().unwrap_or_default())
+                            .expect("a valid delivery id")
+                    })
+                    .collect();
+                if let Some(k) = key {
+                    chain_deliveries(store, app, k, &ids, &mut chains).await;
                 }
+                accepted.extend(ids);
                 figures.events += 1;
             }
         }
@@ -507,6 +581,19 @@ pub async fn run(config: &Config) -> Figures {
         .filter_map(|(id, at)| seen.get(&webhook_id(id)).map(|got| (got - at) / 1000))
         .max()
         .unwrap_or(0);
+    let (first_request, first_ok) = (lock(&receiver.first_request), lock(&receiver.first_ok));
+    for chain in chains.values() {
+        for pair in chain.windows(2) {
+            figures.ordered_pairs += 1;
+            let ended = first_ok.get(&webhook_id(&pair[0]));
+            let began = first_request.get(&webhook_id(&pair[1]));
+            if let (Some(ended), Some(began)) = (ended, began) {
+                if began < ended {
+                    figures.order_violations += 1;
+                }
+            }
+        }
+    }
     figures.simulated_secs = total_secs;
     figures.run_secs = started.elapsed().as_secs_f64();
     figures.peak_rss_mb = peak_rss_mb();
@@ -517,6 +604,39 @@ pub async fn run(config: &Config) -> Figures {
         .count();
     debug_assert!(pending == 0 || figures.lost > 0, "{pending} still pending");
     figures
+}
+
+/// `body` (an event request) with `"ordering_key": "key-<k>"`.
+fn with_ordering_key(body: &[u8], k: u32) -> Vec<u8> {
+    let mut request: serde_json::Value =
+        serde_json::from_slice(body).expect("the simulation's bodies are JSON");
+    request["ordering_key"] = serde_json::Value::String(format!("key-{k}"));
+    serde_json::to_vec(&request).expect("a JSON value serializes")
+}
+
+/// Appends a keyed event's deliveries (`ids`, of its listed fan-out) to
+/// their key's chain to each endpoint.
+async fn chain_deliveries(
+    store: &MemoryStore,
+    app: &str,
+    key: u32,
+    ids: &[DeliveryId],
+    chains: &mut HashMap<(String, u32, EndpointId), Vec<DeliveryId>>,
+) {
+    let app_id = AppId::parse(app).expect("a valid app id");
+    for id in ids {
+        let (event, position) = id.fanout_origin().expect("a listed fan-out's id");
+        let stored = store
+            .get_event(&app_id, &event)
+            .await
+            .expect("an in-memory read")
+            .expect("the event just accepted");
+        let endpoint = stored.targets[position].clone();
+        chains
+            .entry((app.to_owned(), key, endpoint))
+            .or_default()
+            .push(id.clone());
+    }
 }
 
 /// Gives `app` a new endpoint and replays every event it had to it (the
@@ -666,6 +786,33 @@ mod tests {
                 figures.purged,
                 figures.longest_recovery_secs,
                 figures.recovery_bound_secs
+            ),
+        );
+    }
+
+    /// The quick run with ordering keys: the same losses, nothing lost,
+    /// and each key's deliveries to each endpoint in the order accepted
+    /// (a later one's first request after the earlier one's 2xx).
+    #[tokio::test]
+    async fn the_quick_simulation_with_ordering_keys_keeps_each_keys_order() {
+        let config = Config::quick_ordered();
+        let figures = run(&config).await;
+        figures
+            .check()
+            .unwrap_or_else(|e| panic!("{e}\n{}", figures.table(&config)));
+        assert!(figures.ordered_pairs > 1_000, "{}", figures.ordered_pairs);
+        hookline_pipeline::fakes::record_figure(
+            "scale",
+            &format!(
+                "scale simulation with ordering keys (quick, in-memory): {} events on {} keys, {} lost, {} consecutive pairs of a key checked, {} out of order; injected {} first messages, {} stream records, {} purged",
+                figures.events,
+                config.ordering_keys * config.apps,
+                figures.lost,
+                figures.ordered_pairs,
+                figures.order_violations,
+                figures.first_messages_dropped,
+                figures.stream_records_dropped,
+                figures.purged,
             ),
         );
     }

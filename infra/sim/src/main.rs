@@ -3,6 +3,7 @@
 //!
 //!     cargo run --profile sim -p hookline-sim -- --write SCALE.md
 //!     cargo run --profile sim -p hookline-sim -- --quick
+//!     cargo run --profile sim -p hookline-sim -- --quick --ordering-keys 20
 
 use clap::Parser;
 use hookline_sim::{run, Config};
@@ -18,6 +19,9 @@ struct Args {
     /// Events per second (default: the run's own).
     #[arg(long)]
     rate: Option<u32>,
+    /// Ordering keys per app (default: none; each key's order is checked).
+    #[arg(long)]
+    ordering_keys: Option<u32>,
     /// Write the figures into this file, between `<!-- simulation -->` and
     /// `<!-- /simulation -->`.
     #[arg(long)]
@@ -37,6 +41,9 @@ async fn main() -> Result<(), String> {
     };
     if let Some(rate) = args.rate {
         config.events_per_second = rate;
+    }
+    if let Some(keys) = args.ordering_keys {
+        config.ordering_keys = keys;
     }
     let figures = run(&config).await;
     let table = figures.table(&config);

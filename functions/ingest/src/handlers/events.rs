@@ -134,6 +134,7 @@ pub async fn get_event<S: Store, Q>(api: &Api<S, Q>, call: Call<'_>) -> Answer {
             created_at: stored.event.created_at,
             payload,
             fanout_pending: stored.fanout_remaining.len(),
+            ordering_key: stored.event.ordering_key.clone(),
         },
     ))
 }

@@ -142,10 +142,20 @@ function deliveryDetail(d, endpointLabel, retry) {
       el("dt", {}, "Event"), el("dd", { class: "mono", text: d.event_id }),
       el("dt", {}, "Endpoint"), el("dd", { class: "mono", text: endpointLabel(d.endpoint_id) }),
       el("dt", {}, "Attempts"), el("dd", { text: d.attempt_count + " now, " + d.total_attempts + " in all" }),
-      el("dt", {}, "Next attempt"), el("dd", { text: d.next_attempt_at ? new Date(d.next_attempt_at).toLocaleString() : "–" })),
+      el("dt", {}, "Next attempt"), el("dd", { text: d.next_attempt_at ? new Date(d.next_attempt_at).toLocaleString() : "–" }),
+      el("dt", {}, "Ordering key"), el("dd", { class: "mono", id: "detail-key", text: d.ordering_key || "–" }),
+      d.blocked_by ? el("dt", {}, "Waits for") : null,
+      d.blocked_by ? el("dd", { class: "mono", id: "detail-blocked", title: "The previous delivery of this key to this endpoint: this one goes when it ends", text: d.blocked_by }) : null),
     d.status === "failed" ? el("button", { type: "button", id: "detail-retry", onclick: () => retry(d.id) }, "Retry this delivery") : null,
     d.status === "delivered" ? el("button", { type: "button", class: "ghost", id: "detail-resend", onclick: () => retry(d.id, true) }, "Resend (same webhook-id)") : null,
     el("h4", { text: "Attempts (newest first)" }),
     attempts.length ? timeline : el("div", { class: "empty", text: "No attempt yet." }),
   ].filter(Boolean);
+}
+
+// The event cell of a delivery row: its type, its id, and its ordering key
+// (with "waiting" while the key's previous delivery has not ended).
+function eventCell(d, id) {
+  return el("td", {}, el("div", { text: d.event_type }), el("div", { class: "mono muted", text: id }),
+    d.ordering_key ? el("div", { class: "mono muted key", title: d.blocked_by ? "waits for " + d.blocked_by : "ordering key", text: "key " + d.ordering_key + (d.blocked_by ? " · waiting" : "") }) : null);
 }

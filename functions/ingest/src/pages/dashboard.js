@@ -38,7 +38,7 @@ function renderRows() {
         : null;
     const row = el("tr", { class: "delivery" + (state.selected === d.id ? " selected" : ""), "data-id": d.id, "data-status": d.status, onclick: () => select(d.id) },
       el("td", {}, badge(d.status)),
-      el("td", {}, el("div", { text: d.event_type }), el("div", { class: "mono muted", text: d.id })),
+      eventCell(d, d.id),
       el("td", { class: "mono ep", title: endpointLabel(d.endpoint_id), text: endpointLabel(d.endpoint_id) }),
       el("td", { title: d.total_attempts + " attempts in all", text: d.attempt_count + (d.manual_retries ? " · " + d.manual_retries + "× retried" : "") }),
       el("td", { class: "muted when", title: d.updated_at, text: ago(d.updated_at) }),

@@ -362,7 +362,7 @@ function renderRows() {
       "data-status": d.status, tabindex: "0", "aria-label": d.event_type + " to " + endpointLabel(d.endpoint_id) + ": " + d.status,
       onclick: open, onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } },
       el("td", {}, badge(d.status)),
-      el("td", {}, el("div", { text: d.event_type }), el("div", { class: "mono muted", text: d.event_id })),
+      eventCell(d, d.event_id),
       el("td", { class: "mono ep", title: endpointLabel(d.endpoint_id), text: endpointLabel(d.endpoint_id) }),
       el("td", { text: String(d.total_attempts) }),
       el("td", { class: "muted when", title: d.updated_at, text: ago(d.updated_at) })));

@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use hookline_core::ids::AppId;
 use hookline_core::model::{EndpointRoute, EventType};
 use hookline_pipeline::ingest::{plan_event, IngestResponse};
-use hookline_pipeline::ports::{NewEvent, Result};
+use hookline_pipeline::ports::{HeadMove, NewEvent, Result};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_dynamo::Item;
@@ -40,14 +40,19 @@ pub(crate) fn put_new(table: &str, item: Item) -> Result<TransactWriteItem> {
         .build())
 }
 
-/// The transaction items of `new`: the event, its inline deliveries, and its
-/// idempotency record last (when there is one).
+/// Where a keyed event's head move is among its transaction's items (right
+/// after the event): a cancellation reason there means the key moved on.
+pub const KEY_HEAD_POSITION: usize = 1;
+
+/// The transaction items of `new`: the event, its key's head move (at
+/// [`KEY_HEAD_POSITION`], when it has an ordering key), its inline
+/// deliveries, and its idempotency record last (when there is one).
 pub fn transact_items(
     table: &str,
     new: &NewEvent,
     retention: Duration,
 ) -> Result<Vec<TransactWriteItem>> {
-    let mut items = Vec::with_capacity(new.deliveries.len() + 2);
+    let mut items = Vec::with_capacity(new.deliveries.len() + 3);
     items.push(put_new(
         table,
         schema::event_item(
@@ -59,6 +64,9 @@ pub fn transact_items(
             new.event.created_at,
         )?,
     )?);
+    if let Some(moved) = &new.key_head {
+        items.push(head_move(table, &new.event.app_id, moved, retention)?);
+    }
     for d in &new.deliveries {
         items.push(put_new(table, schema::delivery_item(d, retention)?)?);
     }
@@ -99,6 +107,29 @@ pub fn event_items(
     let mut rng = StdRng::from_entropy();
     let (new, response) = plan_event(app_id, event_type, payload, endpoints, now, &mut rng);
     Ok((transact_items(table, &new, retention)?, response))
+}
+
+/// The put of a key's new head, on the condition that the stored one is
+/// still at the version its event was planned after.
+fn head_move(
+    table: &str,
+    app: &AppId,
+    moved: &HeadMove,
+    retention: Duration,
+) -> Result<TransactWriteItem> {
+    let item = schema::key_head_item(app, &moved.key, &moved.head, retention)?;
+    let put = Put::builder().table_name(table).set_item(Some(item.into()));
+    let put = if moved.from == 0 {
+        put.condition_expression("attribute_not_exists(PK)")
+    } else {
+        put.condition_expression("version = :from")
+            .expression_attribute_values(
+                ":from",
+                aws_sdk_dynamodb::types::AttributeValue::N(moved.from.to_string()),
+            )
+    };
+    let put = put.build().map_err(|e| crate::error::corrupt("put", e))?;
+    Ok(TransactWriteItem::builder().put(put).build())
 }
 
 /// Builds a `Put` of `item` that refuses to overwrite (also the store's create-only items).

@@ -76,6 +76,7 @@ use chrono::{DateTime, Utc};
 use hookline_core::apikey::ApiKey;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, Event};
+use hookline_core::ordering::{KeyHead, KeyTail};
 use hookline_pipeline::dispatch::StreamChange;
 use hookline_pipeline::ports::{
     IdempotencyRecord, QueueLag, ReplaySlot, StoredEvent, SweepMark, SweepMarks, SweepSource,
@@ -106,6 +107,15 @@ pub const KIND_DELIVERY: &str = "delivery";
 pub const KIND_IDEMPOTENCY: &str = "idempotency";
 pub const KIND_API_KEY: &str = "api_key";
 pub const KIND_REPLAY: &str = "replay";
+pub const KIND_KEY_HEAD: &str = "okey";
+/// The sort key of an ordering key's head.
+pub const KEY_HEAD_SK: &str = "OKEY";
+
+/// The partition of ordering key `key`'s head (an app id has no `#`, so
+/// the first one after the prefix ends it).
+pub fn key_head_pk(app: &AppId, key: &str) -> String {
+    format!("OKEY#{app}#{key}")
+}
 
 pub fn app_pk(app: &AppId) -> String {
     format!("APP#{app}")
@@ -197,7 +207,7 @@ pub fn app_deliveries_pk(app: &AppId, shard: u32) -> String {
 /// refuses to start ([`PipelineError::Format`]): nothing has a migration
 /// path or reads older keys. Bump it with every change of an item's key
 /// or shape.
-pub const TABLE_FORMAT: u32 = 2;
+pub const TABLE_FORMAT: u32 = 3;
 pub const FORMAT_PK: &str = "FORMAT";
 pub const FORMAT_SK: &str = "FORMAT";
 
@@ -582,6 +592,55 @@ struct EventItem<'a> {
     expires_at: i64,
 }
 
+#[derive(Serialize, Deserialize)]
+struct KeyHeadItem {
+    #[serde(rename = "PK")]
+    pk: String,
+    #[serde(rename = "SK")]
+    sk: String,
+    kind: String,
+    version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    tails: std::collections::BTreeMap<EndpointId, KeyTail>,
+    expires_at: i64,
+}
+
+/// The item of ordering key `key`'s head: it expires a retention after
+/// the key's latest event (whose deliveries are gone with it by then; a
+/// key used again after that starts afresh).
+pub fn key_head_item(
+    app: &AppId,
+    key: &str,
+    head: &KeyHead,
+    retention: std::time::Duration,
+) -> Result<Item, PipelineError> {
+    let last = head.last_at.unwrap_or_else(Utc::now);
+    to_item(
+        "key head",
+        &KeyHeadItem {
+            pk: key_head_pk(app, key),
+            sk: KEY_HEAD_SK.to_owned(),
+            kind: KIND_KEY_HEAD.to_owned(),
+            version: head.version,
+            last_at: head.last_at,
+            tails: head.tails.clone(),
+            expires_at: epoch_after(last, retention),
+        },
+    )
+}
+
+pub fn key_head_from_item(item: Item) -> Result<KeyHead, PipelineError> {
+    let row: KeyHeadItem =
+        serde_dynamo::from_item(item).map_err(|e| corrupt("key head item", e))?;
+    Ok(KeyHead {
+        version: row.version,
+        last_at: row.last_at,
+        tails: row.tails,
+    })
+}
+
 #[derive(Serialize)]
 struct DeliveryItem<'a> {
     #[serde(rename = "PK")]
@@ -661,6 +720,9 @@ struct KindOnly {
     running: Option<bool>,
     #[serde(default)]
     app_id: Option<String>,
+    /// A delivery's registered successor ([`hookline_pipeline::deliver`]'s gate).
+    #[serde(default)]
+    wake: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -1022,14 +1084,20 @@ pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
     match head.kind.as_str() {
         KIND_DELIVERY => {
             let delivery = delivery_from_item(image)?;
-            // A re-queue by the reconciler: it sent the message itself.
-            Ok(
-                if delivery.status == DeliveryStatus::Pending && !delivery.requeued {
+            let pending = delivery.status == DeliveryStatus::Pending;
+            // A re-queue by the reconciler: it sent the message itself; a
+            // blocked one is queued when its predecessor's end wakes it.
+            Ok(match head.wake {
+                _ if pending && !delivery.requeued && delivery.blocked_by.is_none() => {
                     StreamChange::PendingDelivery(Box::new(delivery))
-                } else {
-                    StreamChange::Ignored
+                }
+                Some(successor) if !pending => StreamChange::Wake {
+                    successor: DeliveryId::parse(&successor)?,
+                    app: delivery.app_id,
+                    predecessor: delivery.id,
                 },
-            )
+                _ => StreamChange::Ignored,
+            })
         }
         KIND_EVENT if head.listed == Some(true) => Ok(StreamChange::ListedFanout(Box::new(
             event_from_item(image)?,
@@ -1164,6 +1232,70 @@ mod tests {
             assert!(!has(&item, attr), "{attr}");
         }
         assert_eq!(delivery_from_item(item).unwrap(), delivery);
+    }
+
+    /// A keyed delivery's stream images: a blocked one is not queued (its
+    /// predecessor's end wakes it); an ended one with a successor
+    /// registered (`wake`) asks dispatch to wake that one. A key's head
+    /// reads back as written.
+    #[test]
+    fn ordering_items_and_their_stream_images() {
+        let (_, mut delivery, endpoint) = sample();
+        let retention = Duration::from_secs(86400);
+        let predecessor = DeliveryId::generate();
+        delivery.ordering_key = Some("order_42".into());
+        delivery
+            .block(&predecessor, None, Utc::now())
+            .expect("pending");
+        let item = delivery_item(&delivery, retention).unwrap();
+        assert_eq!(
+            decode_stream_image(item.clone()).unwrap(),
+            StreamChange::Ignored
+        );
+        assert_eq!(delivery_from_item(item).unwrap(), delivery);
+        delivery.unblock(&predecessor, Utc::now());
+        delivery.requeued = false;
+        assert!(matches!(
+            decode_stream_image(delivery_item(&delivery, retention).unwrap()).unwrap(),
+            StreamChange::PendingDelivery(_)
+        ));
+        delivery.status = DeliveryStatus::Delivered;
+        let successor = DeliveryId::generate();
+        let mut ended = delivery_item(&delivery, retention).unwrap();
+        assert_eq!(
+            decode_stream_image(ended.clone()).unwrap(),
+            StreamChange::Ignored
+        );
+        ended.insert(
+            "wake".into(),
+            serde_dynamo::AttributeValue::S(successor.as_str().to_owned()),
+        );
+        assert_eq!(
+            decode_stream_image(ended).unwrap(),
+            StreamChange::Wake {
+                app: delivery.app_id.clone(),
+                successor,
+                predecessor: delivery.id.clone(),
+            }
+        );
+        let head = KeyHead {
+            version: 3,
+            last_at: Some(Utc::now()),
+            tails: [(
+                endpoint.id.clone(),
+                KeyTail {
+                    delivery: delivery.id.clone(),
+                    event: delivery.event_id.clone(),
+                },
+            )]
+            .into(),
+        };
+        let item = key_head_item(&delivery.app_id, "a#b c", &head, retention).unwrap();
+        assert_eq!(
+            item.get("PK"),
+            Some(&serde_dynamo::AttributeValue::S("OKEY#shop#a#b c".into()))
+        );
+        assert_eq!(key_head_from_item(item).unwrap(), head);
     }
 
     /// The format item names its format; another one is refused with both

@@ -504,6 +504,7 @@ impl DynamoStore {
             deliveries: Vec::new(),
             fanout_remaining: Vec::new(),
             idempotency: None,
+            key_head: None,
         };
         // Indexed now, not at its creation: the reconciler's sweep may have
         // passed that time already.
@@ -2066,7 +2067,9 @@ impl Store for DynamoStore {
     }
 
     async fn commit_event(&self, new: &NewEvent) -> Result<CommitOutcome> {
-        if new.deliveries.is_empty() && new.fanout_remaining.is_empty() {
+        // A keyed event moves its key's head in the same transaction.
+        let ordered = new.key_head.is_some();
+        if new.deliveries.is_empty() && new.fanout_remaining.is_empty() && !ordered {
             // One event item: conditional puts, not a transaction (which
             // costs every item twice).
             return match &new.idempotency {
@@ -2084,6 +2087,13 @@ impl Store for DynamoStore {
             Err(TransactFailure::Conditions(reasons)) => {
                 let idem_failed = new.idempotency.is_some()
                     && reasons.get(idem_position).is_some_and(condition_failed);
+                let head_moved = ordered
+                    && reasons
+                        .get(outbox::KEY_HEAD_POSITION)
+                        .is_some_and(condition_failed);
+                if head_moved && !idem_failed {
+                    return Ok(CommitOutcome::OrderMoved);
+                }
                 if let (true, Some(record)) = (idem_failed, &new.idempotency) {
                     // Taken: by a concurrent request, or by this one
                     // earlier (which may have stopped before its event).
@@ -2232,6 +2242,49 @@ impl Store for DynamoStore {
         self.read_delivery(app, id, false, Read::Eventual).await
     }
 
+    async fn get_key_head(
+        &self,
+        app: &AppId,
+        key: &str,
+    ) -> Result<hookline_core::ordering::KeyHead> {
+        self.get(schema::key_head_pk(app, key), schema::KEY_HEAD_SK)
+            .await?
+            .map(schema::key_head_from_item)
+            .transpose()
+            .map(Option::unwrap_or_default)
+    }
+
+    async fn register_successor(
+        &self,
+        app: &AppId,
+        predecessor: &DeliveryId,
+        successor: &DeliveryId,
+    ) -> Result<bool> {
+        use serde_dynamo::AttributeValue as Value;
+        let (pk, sk) = delivery_key(app, predecessor);
+        let update = crate::dynamo_http::Update::new(&self.table, &pk, &sk, "SET wake = :successor".to_owned())
+            .condition(
+                "attribute_exists(PK) AND #status = :pending AND version > :zero AND attribute_not_exists(released)",
+            )
+            .name("#status", "status")
+            .value(":successor", Value::S(successor.as_str().to_owned()))
+            .value(
+                ":pending",
+                Value::S(DeliveryStatus::Pending.as_str().to_owned()),
+            )
+            .value(":zero", Value::N("0".into()));
+        let _g = self.write_guard().await?;
+        direct_condition_to_bool(self.http.update_item(&update).await)
+    }
+
+    async fn event_exists(&self, app: &AppId, id: &EventId) -> Result<bool> {
+        let (pk, sk) = event_key(app, id);
+        Ok(!self
+            .batch_get(vec![(pk, sk)], true, Some("PK"))
+            .await?
+            .is_empty())
+    }
+
     async fn peek_delivery_item_and_endpoint(
         &self,
         app: &AppId,
@@ -2358,6 +2411,18 @@ impl Store for DynamoStore {
                 values.push((":turn", direct_value(&turn)?));
             }
             None => remove.push("turn_at"),
+        }
+        match &d.blocked_by {
+            Some(predecessor) => {
+                set.push("blocked_by = :blocked");
+                values.push((":blocked", Value::S(predecessor.as_str().to_owned())));
+            }
+            None => remove.push("blocked_by"),
+        }
+        // Never cleared: a successor registered on it goes once it ended.
+        if d.released {
+            set.push("released = :released");
+            values.push((":released", Value::Bool(true)));
         }
         let mut expression = format!("SET {}", set.join(", "));
         if !remove.is_empty() {

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::ids::{AppId, DeliveryId, EndpointId, EventId, MessageId};
+use crate::ordering::KeyTail;
 use crate::retry::{classify, ResponseClass, RetryPolicy};
 use crate::signing::Secret;
 use crate::CoreError;
@@ -82,6 +83,13 @@ pub struct Event {
     /// delivered like any event, but never replayed to other endpoints.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub test: bool,
+    /// Its `ordering_key` ([`crate::ordering`]), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+    /// Per endpoint, the delivery of its key that its own delivery there
+    /// waits for (planned at commit from the key's head).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub after: BTreeMap<EndpointId, KeyTail>,
 }
 
 impl Event {
@@ -103,6 +111,8 @@ impl Event {
             body,
             created_at,
             test: false,
+            ordering_key: None,
+            after: BTreeMap::new(),
         }
     }
 
@@ -534,8 +544,9 @@ pub struct Delivery {
     /// existed read as 0.
     #[serde(default)]
     pub version: u64,
-    /// Set by [`Delivery::requeue`]: the reconciler itself queued the attempt
-    /// due now, so the table's stream must not queue it a second time.
+    /// Set by [`Delivery::requeue`] and [`Delivery::unblock`]: the
+    /// reconciler (or the waker) itself queued the attempt due now, so the
+    /// table's stream must not queue it a second time.
     /// Cleared by the next attempt or manual retry.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeued: bool,
@@ -565,6 +576,21 @@ pub struct Delivery {
     /// ([`Delivery::wait_turn`]); cleared by that attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_at: Option<DateTime<Utc>>,
+    /// Its event's `ordering_key`, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+    /// The delivery of its key to its endpoint accepted just before it:
+    /// its first attempt is not made before that one has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<KeyTail>,
+    /// While it waits for [`Self::after`] to end ([`Delivery::block`]):
+    /// that delivery's id. Its predecessor's end wakes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<DeliveryId>,
+    /// Set when it first ends (delivered or failed) and never cleared (a
+    /// manual retry or resend is not waited for): its successor goes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 /// Whether filters `event_types` (exact names, `prefix.*`, `*`; empty =
@@ -621,7 +647,8 @@ pub fn body_digest(body: &str) -> String {
 impl Delivery {
     /// A new pending delivery, due now.
     pub fn new(id: DeliveryId, event: &Event, endpoint_id: EndpointId, now: DateTime<Utc>) -> Self {
-        Self::of_event_parts(
+        let after = event.after.get(&endpoint_id).cloned();
+        let mut delivery = Self::of_event_parts(
             id,
             event.app_id.clone(),
             event.id.clone(),
@@ -629,7 +656,10 @@ impl Delivery {
             event.event_type.clone(),
             now,
             &event.body,
-        )
+        );
+        delivery.ordering_key = event.ordering_key.clone();
+        delivery.after = after;
+        delivery
     }
 
     /// The same, from the parts of its event it keeps (the body only as
@@ -663,7 +693,68 @@ impl Delivery {
             throttled_until: None,
             held_until_deadline: None,
             turn_at: None,
+            ordering_key: None,
+            after: None,
+            blocked_by: None,
+            released: false,
         }
+    }
+
+    /// The predecessor this delivery's next attempt waits for: its
+    /// [`Self::after`] while it has made no attempt and never ended (a
+    /// later attempt, a manual retry or a resend is not held back).
+    pub fn waits_for(&self) -> Option<&KeyTail> {
+        self.after
+            .as_ref()
+            .filter(|_| self.attempts.is_empty() && !self.released)
+    }
+
+    /// Whether it stands as [`Delivery::unblock`] left it after
+    /// `predecessor`'s end (its message may not have been sent).
+    pub fn woken_by(&self, predecessor: &DeliveryId) -> bool {
+        self.status == DeliveryStatus::Pending
+            && self.requeued
+            && self.blocked_by.is_none()
+            && self.attempts.is_empty()
+            && self
+                .after
+                .as_ref()
+                .is_some_and(|t| &t.delivery == predecessor)
+    }
+
+    /// Waits for `predecessor` (pending) to end, under a new version: no
+    /// attempt is queued for it until [`Delivery::unblock`]. Due (for the
+    /// reconciler, should the wake be lost) when its predecessor is, or
+    /// now.
+    pub fn block(
+        &mut self,
+        predecessor: &DeliveryId,
+        predecessor_due: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Result<(), CoreError> {
+        self.check_pending("block")?;
+        self.version += 1;
+        self.requeued = false;
+        self.blocked_by = Some(predecessor.clone());
+        self.next_attempt_at = Some(predecessor_due.map_or(now, |due| due.max(now)));
+        self.updated_at = now;
+        Ok(())
+    }
+
+    /// Its predecessor `predecessor` has ended: due now, under a new
+    /// version, re-queued (the waker sends its message itself). `false`
+    /// (nothing changed) when it does not wait for that one (woken twice,
+    /// or not blocked yet).
+    pub fn unblock(&mut self, predecessor: &DeliveryId, now: DateTime<Utc>) -> bool {
+        if self.status != DeliveryStatus::Pending || self.blocked_by.as_ref() != Some(predecessor) {
+            return false;
+        }
+        self.version += 1;
+        self.requeued = true;
+        self.blocked_by = None;
+        self.next_attempt_at = Some(now);
+        self.updated_at = now;
+        true
     }
 
     /// The `webhook-id` a receiver sees.
@@ -716,11 +807,13 @@ impl Delivery {
             Transition::Delivered => {
                 self.status = DeliveryStatus::Delivered;
                 self.next_attempt_at = None;
+                self.released = true;
             }
             Transition::Retry { next_attempt_at } => self.next_attempt_at = Some(*next_attempt_at),
             Transition::Failed { .. } => {
                 self.status = DeliveryStatus::Failed;
                 self.next_attempt_at = None;
+                self.released = true;
             }
         }
         Ok(transition)
@@ -735,6 +828,7 @@ impl Delivery {
         self.throttled_until = None;
         self.held_until_deadline = None;
         self.turn_at = None;
+        self.blocked_by = None;
         self.attempt_count += 1;
         self.total_attempts += 1;
         attempt.attempt = self.total_attempts;
@@ -760,6 +854,7 @@ impl Delivery {
         self.push_attempt(attempt);
         self.status = DeliveryStatus::Failed;
         self.next_attempt_at = None;
+        self.released = true;
         Ok(Transition::Failed {
             reason: FailReason::NotDeliverable,
         })

@@ -1,5 +1,5 @@
-//! Ordering per key (the rules; issue #36's first slice, not yet wired to
-//! ingest and deliver): for each endpoint, the deliveries of events with the
+//! Ordering per key (the rules; ingest, deliver and dispatch apply them):
+//! for each endpoint, the deliveries of events with the
 //! same `ordering_key` are attempted in the order the events were accepted.
 //!
 //! | rule | how |
@@ -13,8 +13,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
 
-use crate::ids::{DeliveryId, EndpointId};
+use crate::ids::{DeliveryId, EndpointId, EventId};
 use crate::CoreError;
 
 /// Longest `ordering_key`, in characters.
@@ -34,6 +35,15 @@ pub fn check_ordering_key(key: &str) -> Result<(), CoreError> {
     }
 }
 
+/// A key's latest delivery to one endpoint: what the next one waits for.
+/// Its event is kept with it: a delivery with no item yet (a listed one not
+/// attempted) or none any more is told apart by whether its event exists.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KeyTail {
+    pub delivery: DeliveryId,
+    pub event: EventId,
+}
+
 /// A key's head: what the next keyed event's commit orders itself after.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyHead {
@@ -43,7 +53,7 @@ pub struct KeyHead {
     pub last_at: Option<DateTime<Utc>>,
     /// Per endpoint, the key's latest delivery to it (at most one entry per
     /// endpoint of the app: bounded by the app's endpoint limit).
-    pub tails: BTreeMap<EndpointId, DeliveryId>,
+    pub tails: BTreeMap<EndpointId, KeyTail>,
 }
 
 /// A keyed event's place, planned from its key's head.
@@ -54,29 +64,42 @@ pub struct KeyedPlan {
     /// key's events sort by acceptance.
     pub accepted_at: DateTime<Utc>,
     /// Per endpoint of the event, the delivery its own waits for.
-    pub after: BTreeMap<EndpointId, DeliveryId>,
+    pub after: BTreeMap<EndpointId, KeyTail>,
     /// The head to write, on the condition that the stored one is still at
     /// the version read.
     pub head: KeyHead,
 }
 
-/// Plans a keyed event with `deliveries` (its endpoint and delivery ids)
-/// after `head`, as read at `now`.
+/// When a keyed event read at `now` is accepted: after the key's latest
+/// event even when this instance's clock is behind the one that accepted
+/// it (a millisecond later at least, so a key's event ids, which carry
+/// their acceptance time, sort in its order).
+pub fn accepted_at(head: &KeyHead, now: DateTime<Utc>) -> DateTime<Utc> {
+    match head.last_at {
+        Some(last) if last >= now => last + TimeDelta::milliseconds(1),
+        _ => now,
+    }
+}
+
+/// Plans keyed event `event` with `deliveries` (its endpoint and delivery
+/// ids) after `head`, as read at `now`.
 pub fn plan(
     head: &KeyHead,
+    event: &EventId,
     deliveries: &[(EndpointId, DeliveryId)],
     now: DateTime<Utc>,
 ) -> KeyedPlan {
-    let accepted_at = match head.last_at {
-        Some(last) if last >= now => last + TimeDelta::milliseconds(1),
-        _ => now,
-    };
+    let accepted_at = accepted_at(head, now);
     let mut next = head.clone();
     next.version += 1;
     next.last_at = Some(accepted_at);
     let mut after = BTreeMap::new();
     for (endpoint, delivery) in deliveries {
-        if let Some(previous) = next.tails.insert(endpoint.clone(), delivery.clone()) {
+        let tail = KeyTail {
+            delivery: delivery.clone(),
+            event: event.clone(),
+        };
+        if let Some(previous) = next.tails.insert(endpoint.clone(), tail) {
             after.insert(endpoint.clone(), previous);
         }
     }
@@ -103,9 +126,9 @@ pub enum Predecessor {
 /// Whether a keyed delivery's first attempt may be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderGate {
-    /// Made now (no predecessor, or it has ended or is gone).
+    /// Made now (its predecessor has ended, or is gone).
     Go,
-    /// Its predecessor has not recorded its first outcome: check again
+    /// Its predecessor has not recorded its first outcome yet: check again
     /// shortly (no write).
     Recheck,
     /// Its predecessor is pending: register to be woken when it ends, and
@@ -113,18 +136,10 @@ pub enum OrderGate {
     Wait,
 }
 
-/// The gate of a delivery that waits for `after` (if any), whose gate is
-/// already `open` (passed once: a later attempt of it never waits again)
-/// or that was restarted by hand (`manual`: sent out of order).
-pub fn gate(
-    after: Option<&DeliveryId>,
-    open: bool,
-    manual: bool,
-    predecessor: Predecessor,
-) -> OrderGate {
-    if after.is_none() || open || manual {
-        return OrderGate::Go;
-    }
+/// The gate of a delivery that waits for a predecessor
+/// ([`crate::model::Delivery::waits_for`]: one whose first attempt is not
+/// made yet; a later attempt, a manual retry or a resend never waits).
+pub fn gate(predecessor: Predecessor) -> OrderGate {
     match predecessor {
         Predecessor::Ended | Predecessor::Missing { event_kept: false } => OrderGate::Go,
         Predecessor::Missing { event_kept: true } | Predecessor::Pending { attempted: false } => {
@@ -151,6 +166,17 @@ mod tests {
         DeliveryId::parse(&format!("dlv_01m9800000000000000000000{n}")).unwrap()
     }
 
+    fn evt(n: u8) -> EventId {
+        EventId::parse(&format!("evt_01m9800000000000000000000{n}")).unwrap()
+    }
+
+    fn tail(d: u8, e: u8) -> KeyTail {
+        KeyTail {
+            delivery: dlv(d),
+            event: evt(e),
+        }
+    }
+
     #[test]
     fn ordering_keys_are_one_to_128_visible_ascii_characters() {
         for ok in ["order_42", "a", "~!#", &"k".repeat(128)] {
@@ -165,7 +191,7 @@ mod tests {
     #[test]
     fn each_endpoint_waits_for_the_keys_latest_delivery_to_it() {
         let head = KeyHead::default();
-        let first = plan(&head, &[(ep(1), dlv(1)), (ep(2), dlv(2))], t(0));
+        let first = plan(&head, &evt(1), &[(ep(1), dlv(1)), (ep(2), dlv(2))], t(0));
         assert_eq!(
             first.after,
             BTreeMap::new(),
@@ -173,12 +199,17 @@ mod tests {
         );
         assert_eq!(first.head.version, 1);
         // The second goes to endpoint 1 only; the third to both.
-        let second = plan(&first.head, &[(ep(1), dlv(3))], t(5));
-        assert_eq!(second.after, BTreeMap::from([(ep(1), dlv(1))]));
-        let third = plan(&second.head, &[(ep(1), dlv(4)), (ep(2), dlv(5))], t(9));
+        let second = plan(&first.head, &evt(2), &[(ep(1), dlv(3))], t(5));
+        assert_eq!(second.after, BTreeMap::from([(ep(1), tail(1, 1))]));
+        let third = plan(
+            &second.head,
+            &evt(3),
+            &[(ep(1), dlv(4)), (ep(2), dlv(5))],
+            t(9),
+        );
         assert_eq!(
             third.after,
-            BTreeMap::from([(ep(1), dlv(3)), (ep(2), dlv(2))]),
+            BTreeMap::from([(ep(1), tail(3, 2)), (ep(2), tail(2, 1))]),
             "endpoint 2 waits for its own latest, not endpoint 1's"
         );
         assert_eq!(third.head.version, 3);
@@ -192,59 +223,32 @@ mod tests {
             tails: BTreeMap::new(),
         };
         // This instance's clock is 400 ms behind the last commit's.
-        let behind = plan(&head, &[(ep(1), dlv(1))], t(600));
+        let behind = plan(&head, &evt(1), &[(ep(1), dlv(1))], t(600));
         assert_eq!(behind.accepted_at, t(1_001));
         assert_eq!(behind.head.last_at, Some(t(1_001)));
-        let ahead = plan(&head, &[(ep(1), dlv(1))], t(2_000));
+        let ahead = plan(&head, &evt(1), &[(ep(1), dlv(1))], t(2_000));
         assert_eq!(ahead.accepted_at, t(2_000));
     }
 
     #[test]
     fn a_delivery_waits_only_for_a_pending_predecessor() {
-        let p = dlv(1);
-        let pending = Predecessor::Pending { attempted: true };
-        assert_eq!(gate(None, false, false, pending), OrderGate::Go, "unkeyed");
-        assert_eq!(gate(Some(&p), false, false, pending), OrderGate::Wait);
         assert_eq!(
-            gate(Some(&p), true, false, pending),
-            OrderGate::Go,
-            "gate passed once"
+            gate(Predecessor::Pending { attempted: true }),
+            OrderGate::Wait
+        );
+        assert_eq!(gate(Predecessor::Ended), OrderGate::Go);
+        assert_eq!(
+            gate(Predecessor::Pending { attempted: false }),
+            OrderGate::Recheck,
+            "written, never attempted (a materialised fan-out)"
         );
         assert_eq!(
-            gate(Some(&p), false, true, pending),
-            OrderGate::Go,
-            "a manual retry"
-        );
-        assert_eq!(
-            gate(Some(&p), false, false, Predecessor::Ended),
-            OrderGate::Go
-        );
-        assert_eq!(
-            gate(
-                Some(&p),
-                false,
-                false,
-                Predecessor::Pending { attempted: false }
-            ),
-            OrderGate::Recheck
-        );
-        assert_eq!(
-            gate(
-                Some(&p),
-                false,
-                false,
-                Predecessor::Missing { event_kept: true }
-            ),
+            gate(Predecessor::Missing { event_kept: true }),
             OrderGate::Recheck,
             "listed, not attempted yet"
         );
         assert_eq!(
-            gate(
-                Some(&p),
-                false,
-                false,
-                Predecessor::Missing { event_kept: false }
-            ),
+            gate(Predecessor::Missing { event_kept: false }),
             OrderGate::Go,
             "gone with its event"
         );

@@ -18,6 +18,7 @@ use hookline_core::ids::{AppId, EndpointId};
 use hookline_core::model::{
     body_digest, Attempt, Delivery, DeliveryStatus, Endpoint, FailReason, Transition,
 };
+use hookline_core::ordering::{self, KeyTail, OrderGate, Predecessor};
 use hookline_core::retry::parse_retry_after;
 use hookline_core::signing::{self, Schemes};
 use rand::rngs::StdRng;
@@ -50,7 +51,22 @@ pub enum DeliverOutcome {
     /// already has a request to it in flight): the delivery is due later,
     /// no attempt made, budget untouched ([`hookline_core::circuit`]).
     Held,
+    /// Its ordering key's previous delivery to the endpoint has not ended:
+    /// it waits, woken by that one's end ([`hookline_core::ordering`]).
+    Blocked,
+    /// That previous delivery has not recorded its first attempt yet: the
+    /// delivery waits (blocked, so its own successor registers on it) and
+    /// this message comes back shortly to look again.
+    Rechecking,
 }
+
+/// The most a delivery waiting for a predecessor with no record yet waits
+/// between two looks (1 s, then doubling): the predecessor's first attempt
+/// records it within a delivery timeout; one whose message was lost is
+/// found by the reconciler, which writes it, from when on the wait is a
+/// registration woken by its end (no more looks). Only the first waiting
+/// delivery of a key looks: the ones after it register on it.
+pub const RECHECK_MAX_SECS: i32 = 60;
 
 /// Longest wait for a send slot inside a deliver invocation; a later slot
 /// is written to the delivery and the attempt comes back then.
@@ -458,6 +474,16 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             return Ok(DeliverOutcome::Stale);
         }
         let expected_version = delivery.version;
+        // Ordered per key: the first attempt waits for the key's previous
+        // delivery to this endpoint to end.
+        if let Some(tail) = delivery.waits_for().cloned() {
+            if let Some(outcome) = self
+                .order_gate(message, &mut delivery, expected_version, &tail, now)
+                .await?
+            {
+                return Ok(outcome);
+            }
+        }
         let number = delivery.next_attempt_number();
         let waiting_before = delivery.attempt_count > 0;
         // The request sent, if one was: answered 2xx, latency (ms).
@@ -727,6 +753,103 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             self.forget_endpoint(&delivery.endpoint_id);
         }
         Ok(outcome)
+    }
+
+    /// The ordering gate of `delivery` (pending, no attempt made yet), which
+    /// waits for `tail` ([`hookline_core::ordering::gate`]): `None` to go
+    /// on (its predecessor ended, or is gone with its event), else what
+    /// was done instead: this message sent again a little later (the
+    /// predecessor has no record yet), or the delivery blocked after
+    /// registering on its predecessor to be woken by its end.
+    async fn order_gate(
+        &self,
+        message: &DeliveryMessage,
+        delivery: &mut Delivery,
+        expected_version: u64,
+        tail: &KeyTail,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DeliverOutcome>, PipelineError> {
+        let app = delivery.app_id.clone();
+        // Eventually consistent: a stale copy says pending (the
+        // registration's condition then finds it ended) or nothing (looked
+        // at again in a second); never ended when it has not.
+        let found = self.store.peek_delivery_item(&app, &tail.delivery).await?;
+        let state = match &found {
+            Some(p) if p.released || p.status != DeliveryStatus::Pending => Predecessor::Ended,
+            Some(p) => Predecessor::Pending {
+                attempted: p.version > 0,
+            },
+            None => Predecessor::Missing {
+                event_kept: self.store.event_exists(&app, &tail.event).await?,
+            },
+        };
+        match ordering::gate(state) {
+            OrderGate::Go => Ok(None),
+            OrderGate::Recheck => {
+                // Blocked too (its item written: its own successor can
+                // register on it rather than look again as well), and
+                // back in a little while, from 1 s, doubling.
+                let delay = 1_i32
+                    .checked_shl(message.rechecks)
+                    .unwrap_or(RECHECK_MAX_SECS)
+                    .clamp(1, RECHECK_MAX_SECS);
+                let back_at = now + chrono::TimeDelta::seconds(i64::from(delay));
+                delivery.block(&tail.delivery, Some(back_at), now)?;
+                if !self.put_back(delivery, expected_version).await? {
+                    return Ok(Some(DeliverOutcome::Stale));
+                }
+                let mut again = message.clone();
+                again.version = Some(delivery.version);
+                again.rechecks = message.rechecks.saturating_add(1);
+                again.not_before = back_at;
+                if !self
+                    .queue
+                    .send_deliveries(&[(again, delay)])
+                    .await?
+                    .is_empty()
+                {
+                    // Its block stands; the reconciler finds it when due.
+                    return Err(PipelineError::queue(
+                        "re-queue of a delivery waiting for its predecessor was refused",
+                        true,
+                    ));
+                }
+                tracing::info!(delivery_id = %delivery.id, predecessor = %tail.delivery, delay_seconds = delay, "its ordering key's previous delivery has no record yet: looking again later");
+                Ok(Some(DeliverOutcome::Rechecking))
+            }
+            OrderGate::Wait => {
+                if !self
+                    .store
+                    .register_successor(&app, &tail.delivery, &delivery.id)
+                    .await?
+                {
+                    // Its condition failed: the predecessor ended meanwhile.
+                    return Ok(None);
+                }
+                let due = found.as_ref().and_then(|p| p.next_attempt_at);
+                delivery.block(&tail.delivery, due, now)?;
+                if !self.put_back(delivery, expected_version).await? {
+                    return Ok(Some(DeliverOutcome::Stale));
+                }
+                // Its end may have come between the registration and the
+                // block (its wake then found nothing blocked): look again,
+                // consistently, and wake it here if so.
+                let again = self.store.get_delivery_item(&app, &tail.delivery).await?;
+                if again.is_none_or(|p| p.released || p.status != DeliveryStatus::Pending) {
+                    crate::dispatch::wake(
+                        &self.store,
+                        &self.queue,
+                        &app,
+                        &delivery.id,
+                        &tail.delivery,
+                        now,
+                    )
+                    .await?;
+                }
+                tracing::info!(delivery_id = %delivery.id, predecessor = %tail.delivery, "waiting for its ordering key's previous delivery to end");
+                Ok(Some(DeliverOutcome::Blocked))
+            }
+        }
     }
 
     /// Writes a delivery put back without an attempt (held, or waiting
@@ -1910,5 +2033,226 @@ mod tests {
             .disabled_reason
             .unwrap()
             .contains("WEBHOOKS_DISABLE_AFTER"));
+    }
+
+    /// A small pipeline around `deliverer` for the ordering tests: sends
+    /// keyed events (`key`, `{"n": n}`) through ingest, then pumps the
+    /// store's stream through dispatch and every queued message through
+    /// deliver (due at once) until nothing moves.
+    struct Pipeline {
+        deliverer: Deliverer<MemoryStore, MemoryQueue, ScriptedSender>,
+        app: AppId,
+    }
+
+    impl Pipeline {
+        async fn new(script: Vec<crate::ports::SendResult>) -> (Self, Endpoint) {
+            let deliverer = Deliverer::new(
+                MemoryStore::default(),
+                MemoryQueue::default(),
+                ScriptedSender::new(script, ScriptedSender::status(200)),
+                Settings::for_tests(&[]).unwrap(),
+            );
+            deliverer.store.record_stream();
+            let ep =
+                stored_endpoint(&deliverer.store, "https://example.com/hook", Utc::now()).await;
+            let app = ep.app_id.clone();
+            (Self { deliverer, app }, ep)
+        }
+
+        /// Accepts `{"n": n}` with `key`; its delivery's id.
+        async fn send(&self, key: Option<&str>, n: u32) -> DeliveryId {
+            let body = match key {
+                Some(k) => format!(
+                    r#"{{"event_type":"order.paid","payload":{{"n":{n}}},"ordering_key":"{k}"}}"#
+                ),
+                None => format!(r#"{{"event_type":"order.paid","payload":{{"n":{n}}}}}"#),
+            };
+            let accepted = crate::ingest::ingest(
+                &self.deliverer.store,
+                &self.deliverer.settings,
+                &crate::ingest::Unchecked,
+                self.app.as_str(),
+                None,
+                body.as_bytes(),
+                Utc::now(),
+                &mut StdRng::from_entropy(),
+            )
+            .await
+            .unwrap();
+            let answer: crate::ingest::IngestResponse =
+                serde_json::from_str(&accepted.body).unwrap();
+            answer.delivery_ids[0].clone()
+        }
+
+        /// One round: the stream to dispatch, then each message to deliver.
+        /// The outcomes, by delivery; empty when nothing moved.
+        async fn round(&self) -> Vec<(DeliveryId, DeliverOutcome)> {
+            let (store, queue) = (&self.deliverer.store, &self.deliverer.queue);
+            let records = store.take_stream();
+            let now = Utc::now();
+            assert_eq!(
+                crate::dispatch::dispatch_changes(
+                    store,
+                    queue,
+                    records,
+                    chrono::TimeDelta::hours(1),
+                    now
+                )
+                .await,
+                None
+            );
+            let messages = std::mem::take(&mut *queue.sent.lock().unwrap());
+            let mut outcomes = Vec::new();
+            for (mut message, _) in messages {
+                message.not_before = now;
+                let outcome = self.deliverer.handle(&message).await.unwrap();
+                outcomes.push((message.delivery_id, outcome));
+            }
+            outcomes
+        }
+
+        /// Rounds until nothing moves; every outcome in order.
+        async fn settle(&self) -> Vec<(DeliveryId, DeliverOutcome)> {
+            let mut all = Vec::new();
+            for _ in 0..20 {
+                let outcomes = self.round().await;
+                if outcomes.is_empty() && self.deliverer.store.take_stream().is_empty() {
+                    return all;
+                }
+                all.extend(outcomes);
+            }
+            panic!("the pipeline did not settle: {all:?}");
+        }
+
+        /// The `n` of each request the receiver got, in order.
+        fn received(&self) -> Vec<u32> {
+            self.deliverer
+                .sender
+                .requests
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, _, body)| {
+                    let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+                    u32::try_from(v["data"]["n"].as_u64().unwrap()).unwrap()
+                })
+                .collect()
+        }
+
+        fn delivery(&self, id: &DeliveryId) -> Delivery {
+            self.deliverer
+                .store
+                .delivery_items()
+                .into_iter()
+                .find(|d| &d.id == id)
+                .unwrap()
+        }
+    }
+
+    /// A key's first delivery fails once: the key's next two wait for it
+    /// (registered on their predecessor, blocked, no request), another key
+    /// and an unkeyed event do not; its 2xx wakes the next, whose 2xx
+    /// wakes the last.
+    #[tokio::test]
+    async fn a_keys_deliveries_go_in_order_and_a_failure_holds_back_only_its_key() {
+        let (pipeline, _) = Pipeline::new(vec![ScriptedSender::status(503)]).await;
+        let first = pipeline.send(Some("order_1"), 1).await;
+        let second = pipeline.send(Some("order_1"), 2).await;
+        let third = pipeline.send(Some("order_1"), 3).await;
+        pipeline.send(Some("order_2"), 4).await;
+        pipeline.send(None, 5).await;
+        let outcomes = pipeline.round().await;
+        use DeliverOutcome::*;
+        assert_eq!(
+            outcomes.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
+            [RetryScheduled, Blocked, Blocked, Delivered, Delivered]
+        );
+        assert_eq!(pipeline.delivery(&second).blocked_by, Some(first.clone()));
+        assert_eq!(pipeline.delivery(&third).blocked_by, Some(second.clone()));
+        assert_eq!(pipeline.received(), [1, 4, 5], "only the failing key waits");
+        pipeline.settle().await;
+        assert_eq!(pipeline.received(), [1, 4, 5, 1, 2, 3]);
+        for id in [&first, &second, &third] {
+            let d = pipeline.delivery(id);
+            assert_eq!(
+                (d.status, d.blocked_by.clone(), d.released),
+                (DeliveryStatus::Delivered, None, true)
+            );
+            assert_eq!(d.ordering_key.as_deref(), Some("order_1"));
+        }
+        assert_eq!(pipeline.delivery(&third).after.unwrap().delivery, second);
+    }
+
+    /// A failed delivery releases the next one: a 410 fails the key's
+    /// first delivery (and disables the endpoint); the next two then fail
+    /// in order, unsent ("endpoint disabled").
+    #[tokio::test]
+    async fn a_failed_delivery_releases_the_next_and_a_disabled_endpoints_fail_in_order() {
+        let (pipeline, _) = Pipeline::new(vec![ScriptedSender::status(410)]).await;
+        let ids = [
+            pipeline.send(Some("k"), 1).await,
+            pipeline.send(Some("k"), 2).await,
+            pipeline.send(Some("k"), 3).await,
+        ];
+        let outcomes = pipeline.settle().await;
+        assert_eq!(pipeline.received(), [1]);
+        let failed: Vec<&DeliveryId> = outcomes
+            .iter()
+            .filter(|(_, o)| *o == DeliverOutcome::Failed)
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(
+            failed,
+            ids.iter().collect::<Vec<_>>(),
+            "failed in the key's order"
+        );
+    }
+
+    /// A delivery whose predecessor has no record yet (its first attempt
+    /// not made) blocks itself and looks again a second later; the next
+    /// one registers on it instead of looking too.
+    #[tokio::test]
+    async fn a_delivery_ahead_of_its_predecessor_looks_again_shortly() {
+        let (pipeline, _) = Pipeline::new(vec![]).await;
+        let first = pipeline.send(Some("k"), 1).await;
+        let second = pipeline.send(Some("k"), 2).await;
+        let third = pipeline.send(Some("k"), 3).await;
+        let (store, queue) = (&pipeline.deliverer.store, &pipeline.deliverer.queue);
+        crate::dispatch::dispatch_changes(
+            store,
+            queue,
+            store.take_stream(),
+            chrono::TimeDelta::hours(1),
+            Utc::now(),
+        )
+        .await;
+        let messages = std::mem::take(&mut *queue.sent.lock().unwrap());
+        let by_id = |id: &DeliveryId| {
+            messages
+                .iter()
+                .find(|(m, _)| &m.delivery_id == id)
+                .unwrap()
+                .0
+                .clone()
+        };
+        // The second's message comes first.
+        use DeliverOutcome::*;
+        assert_eq!(
+            pipeline.deliverer.handle(&by_id(&second)).await.unwrap(),
+            Rechecking
+        );
+        let (again, delay) = queue.sent.lock().unwrap()[0].clone();
+        assert_eq!((again.rechecks, delay), (1, 1));
+        assert_eq!(pipeline.delivery(&second).blocked_by, Some(first.clone()));
+        assert_eq!(
+            pipeline.deliverer.handle(&by_id(&third)).await.unwrap(),
+            Blocked
+        );
+        assert_eq!(
+            pipeline.deliverer.handle(&by_id(&first)).await.unwrap(),
+            Delivered
+        );
+        pipeline.settle().await;
+        assert_eq!(pipeline.received(), [1, 2, 3]);
     }
 }

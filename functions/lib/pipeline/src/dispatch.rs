@@ -30,6 +30,13 @@ pub enum StreamChange {
     ListedFanout(Box<StoredEvent>),
     /// A replay still running: its next step ([`crate::replay`]).
     RunningReplay(ReplayId),
+    /// A delivery that ended with a successor of its ordering key
+    /// registered on it ([`crate::deliver`]'s gate): wake that one.
+    Wake {
+        app: AppId,
+        successor: DeliveryId,
+        predecessor: DeliveryId,
+    },
     /// Anything else (endpoints, terminal deliveries, removals).
     Ignored,
 }
@@ -116,6 +123,19 @@ pub async fn dispatch_changes<S: Store, Q: Queue>(
                     return Some(index);
                 }
             }
+            Ok(StreamChange::Wake {
+                app,
+                successor,
+                predecessor,
+            }) => {
+                if let Some(failed) = flush(store, queue, &mut run, now).await {
+                    return Some(failed);
+                }
+                if let Err(err) = wake(store, queue, &app, &successor, &predecessor, now).await {
+                    tracing::error!(delivery_id = %successor, predecessor = %predecessor, sequence_number = %seq, error = %hookline_core::error::Chain(&err), "waking a delivery failed");
+                    return Some(index);
+                }
+            }
             Ok(StreamChange::RunningReplay(replay_id)) => {
                 if let Some(failed) = flush(store, queue, &mut run, now).await {
                     return Some(failed);
@@ -135,6 +155,46 @@ pub async fn dispatch_changes<S: Store, Q: Queue>(
         }
     }
     flush(store, queue, &mut run, now).await
+}
+
+/// Wakes `successor`, which waits for `predecessor` (ended): due now,
+/// written as re-queued and its message sent here (one stream hop less
+/// than letting its item's change queue it: a key's waiting deliveries go
+/// one after another at the pace of these hops). `false` when it does not
+/// wait (any more) for that one: woken already (a record seen again sends
+/// the message again if the delivery still stands as woken: the first
+/// send may have failed), or not blocked yet (its deliver reads the
+/// predecessor again after blocking it).
+pub async fn wake<S: Store, Q: Queue>(
+    store: &S,
+    queue: &Q,
+    app: &AppId,
+    successor: &DeliveryId,
+    predecessor: &DeliveryId,
+    now: DateTime<Utc>,
+) -> Result<bool, PipelineError> {
+    let Some(mut delivery) = store.get_delivery_item(app, successor).await? else {
+        return Ok(false);
+    };
+    let expected = delivery.version;
+    if delivery.unblock(predecessor, now) {
+        if !store.update_delivery(&delivery, expected).await? {
+            return Ok(false);
+        }
+    } else if !delivery.woken_by(predecessor) {
+        return Ok(false);
+    }
+    let Some(pair) = message_for(&delivery, now) else {
+        return Ok(false);
+    };
+    if !queue.send_deliveries(&[pair]).await?.is_empty() {
+        return Err(PipelineError::queue(
+            "the queue refused a woken delivery's message",
+            true,
+        ));
+    }
+    tracing::info!(delivery_id = %successor, predecessor = %predecessor, "its predecessor ended: the delivery goes");
+    Ok(true)
 }
 
 /// Consecutive records' deliveries to queue together, with the events whose
@@ -196,6 +256,9 @@ pub fn message_for(delivery: &Delivery, now: DateTime<Utc>) -> Option<(DeliveryM
         failure: None,
         body: None,
         created_at: (delivery.version == 0).then_some(delivery.created_at),
+        ordering_key: delivery.ordering_key.clone(),
+        after: delivery.after.clone(),
+        rechecks: 0,
     };
     Some((message, delay_seconds(not_before, now)))
 }

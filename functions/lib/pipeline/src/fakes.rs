@@ -86,6 +86,14 @@ struct StoreState {
     /// Calls to `reserve_send_slots` (each one limiter write).
     limiter_writes: u32,
     catalog: std::collections::BTreeMap<String, EventTypeDef>,
+    /// Each ordering key's head.
+    key_heads: HashMap<(AppId, String), hookline_core::ordering::KeyHead>,
+    /// Successors registered on a pending delivery (kept apart from the
+    /// delivery, as the item's `wake` attribute outlives whole writes).
+    wakes: HashMap<DeliveryId, DeliveryId>,
+    /// A head another request commits right after the next head read
+    /// (its version moved on under the reader).
+    racing_head: Option<hookline_core::ordering::KeyHead>,
 }
 
 impl StoreState {
@@ -106,11 +114,22 @@ impl StoreState {
     /// A delivery item written: a pending one not re-queued by the
     /// reconciler is a stream record dispatch queues.
     fn delivery_streamed(&mut self, insert: bool, d: &Delivery) {
-        if d.status == DeliveryStatus::Pending && !d.requeued {
+        if d.status == DeliveryStatus::Pending && !d.requeued && d.blocked_by.is_none() {
             self.streamed(
                 insert,
                 crate::dispatch::StreamChange::PendingDelivery(Box::new(d.clone())),
             );
+        } else if d.status != DeliveryStatus::Pending {
+            if let Some(successor) = self.wakes.get(&d.id).cloned() {
+                self.streamed(
+                    insert,
+                    crate::dispatch::StreamChange::Wake {
+                        app: d.app_id.clone(),
+                        successor,
+                        predecessor: d.id.clone(),
+                    },
+                );
+            }
         }
     }
 
@@ -301,6 +320,20 @@ impl MemoryStore {
     }
 
     /// The next `n` commits meet a TransactionConflict.
+    /// Right after the next read of a key's head, `head` is committed by
+    /// "another request" (the reader's commit then finds it moved).
+    pub fn race_next_head_read(&self, head: hookline_core::ordering::KeyHead) {
+        lock(&self.state).racing_head = Some(head);
+    }
+
+    /// The stored head of `key`.
+    pub fn key_head(&self, app: &AppId, key: &str) -> Option<hookline_core::ordering::KeyHead> {
+        lock(&self.state)
+            .key_heads
+            .get(&(app.clone(), key.to_owned()))
+            .cloned()
+    }
+
     pub fn contend_next_commits(&self, n: u32) {
         lock(&self.state).contended_commits = n;
     }
@@ -662,6 +695,15 @@ impl Store for MemoryStore {
                     return Ok(CommitOutcome::IdempotencyKeyTaken(existing.clone()));
                 }
             }
+        }
+        if let Some(moved) = &new.key_head {
+            let at = (new.event.app_id.clone(), moved.key.clone());
+            if s.key_heads.get(&at).map_or(0, |h| h.version) != moved.from {
+                return Ok(CommitOutcome::OrderMoved);
+            }
+            s.key_heads.insert(at, moved.head.clone());
+        }
+        if let Some(r) = &new.idempotency {
             s.idempotency
                 .insert((r.app_id.clone(), r.key.clone()), r.clone());
         }
@@ -779,6 +821,38 @@ impl Store for MemoryStore {
     async fn get_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
         lock(&self.state).item_reads.0 += 1;
         self.read_item(app, id)
+    }
+    async fn get_key_head(
+        &self,
+        app: &AppId,
+        key: &str,
+    ) -> Result<hookline_core::ordering::KeyHead> {
+        let mut s = lock(&self.state);
+        let at = (app.clone(), key.to_owned());
+        let read = s.key_heads.get(&at).cloned().unwrap_or_default();
+        if let Some(racing) = s.racing_head.take() {
+            s.key_heads.insert(at, racing);
+        }
+        Ok(read)
+    }
+    async fn register_successor(
+        &self,
+        app: &AppId,
+        predecessor: &DeliveryId,
+        successor: &DeliveryId,
+    ) -> Result<bool> {
+        let mut s = lock(&self.state);
+        let pending = s.deliveries.get(predecessor).is_some_and(|p| {
+            &p.app_id == app && p.version > 0 && p.status == DeliveryStatus::Pending && !p.released
+        });
+        if pending {
+            s.wakes.insert(predecessor.clone(), successor.clone());
+        }
+        Ok(pending)
+    }
+    async fn event_exists(&self, app: &AppId, id: &EventId) -> Result<bool> {
+        let s = lock(&self.state);
+        Ok(s.events.get(id).is_some_and(|e| &e.event.app_id == app))
     }
     async fn peek_delivery_item(&self, app: &AppId, id: &DeliveryId) -> Result<Option<Delivery>> {
         lock(&self.state).item_reads.1 += 1;

@@ -15,8 +15,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use std::collections::HashMap;
+
+use hookline_core::ordering::{self, KeyHead};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
 use crate::ports::{
-    CommitOutcome, IdempotencyRecord, NewEvent, Store, FANOUT_LIST_MAX, INLINE_DELIVERIES,
+    CommitOutcome, HeadMove, IdempotencyRecord, NewEvent, Store, FANOUT_LIST_MAX, INLINE_DELIVERIES,
 };
 use crate::{PipelineError, Settings};
 
@@ -31,6 +37,11 @@ pub struct EventRequest {
     /// here (kept as raw JSON text, never parsed into numbers and rewritten).
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payload: Box<RawValue>,
+    /// 1-128 visible ASCII characters: for each endpoint, the deliveries of
+    /// the events with the same key are attempted in the order the events
+    /// were accepted (see the README's retry policy).
+    #[serde(default)]
+    pub ordering_key: Option<String>,
 }
 
 /// The 202 body.
@@ -77,6 +88,7 @@ pub struct ValidEvent {
     /// another request is a conflict.
     pub request_hash: String,
     pub idempotency_key: Option<String>,
+    pub ordering_key: Option<String>,
 }
 
 /// Checks one event request (type, payload size, key).
@@ -93,18 +105,25 @@ pub fn validate_event(
     if let Some(key) = idempotency_key {
         validate_idempotency_key(key)?;
     }
-    let request_hash = hex::encode(
-        Sha256::new()
-            .chain_update(event_type.as_str())
-            .chain_update([0u8])
-            .chain_update(payload_text.as_bytes())
-            .finalize(),
-    );
+    if let Some(key) = &request.ordering_key {
+        hookline_core::ordering::check_ordering_key(key)?;
+    }
+    let mut hash = Sha256::new()
+        .chain_update(event_type.as_str())
+        .chain_update([0u8])
+        .chain_update(payload_text.as_bytes());
+    // The key is part of the request: the same Idempotency-Key with
+    // another ordering key is a conflict.
+    if let Some(key) = &request.ordering_key {
+        hash.update([0u8]);
+        hash.update(key.as_bytes());
+    }
     Ok(ValidEvent {
         event_type,
         payload: request.payload,
-        request_hash,
+        request_hash: hex::encode(hash.finalize()),
         idempotency_key: idempotency_key.map(str::to_owned),
+        ordering_key: request.ordering_key,
     })
 }
 
@@ -167,15 +186,62 @@ pub async fn ingest<S: Store, C: PayloadCheck>(
     // (and one read unit) less for every new event; a replay pays it.
     // Boxed: both futures side by side (each holding an SDK request) made
     // the caller's future big enough to overflow a debug build's stack.
-    let (checked, endpoints) = futures::future::join(
+    // A keyed event reads its key's head in the same round trip.
+    let head = async {
+        match &valid.ordering_key {
+            Some(key) => store.get_key_head(&app_id, key).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (checked, endpoints, head) = futures::future::join3(
         Box::pin(check.check(store, &app_id, &valid)),
         Box::pin(store.list_routes(&app_id)),
+        Box::pin(head),
     )
     .await;
     checked?;
-    let endpoints = endpoints?;
-    let planned = plan(&app_id, valid, &endpoints, now, rng)?;
-    commit(store, &app_id, planned).await
+    let (endpoints, head) = (endpoints?, head?);
+    accept(store, &app_id, &valid, &endpoints, head, now, rng)
+        .await
+        .map(|(accepted, _)| accepted)
+}
+
+/// Plans and commits one valid event. A keyed one is planned after its
+/// key's `head` (as read) and committed on the condition that the head has
+/// not moved; if it has (another event of the key committed first), the
+/// head is read again and the event planned after that one. Returns the
+/// key's head as this commit left it (`None`: unkeyed, or a replay).
+async fn accept<S: Store>(
+    store: &S,
+    app_id: &AppId,
+    valid: &ValidEvent,
+    endpoints: &[EndpointRoute],
+    mut head: Option<KeyHead>,
+    now: DateTime<Utc>,
+    rng: &mut (dyn RngCore + Send),
+) -> Result<(Accepted, Option<KeyHead>), PipelineError> {
+    for round in 0..COMMIT_ROUNDS {
+        let planned = plan(app_id, valid, endpoints, head.as_ref(), now, rng)?;
+        let moved_to = planned.new.key_head.as_ref().map(|m| m.head.clone());
+        match commit(store, app_id, planned).await? {
+            Some(accepted) => {
+                let left = moved_to.filter(|_| !accepted.replayed);
+                return Ok((accepted, left));
+            }
+            None => {
+                let key = valid
+                    .ordering_key
+                    .as_deref()
+                    .expect("only a keyed event's order moves");
+                tracing::info!(app_id = %app_id, round, "the ordering key moved on meanwhile; planning after its new head");
+                head = Some(store.get_key_head(app_id, key).await?);
+            }
+        }
+    }
+    Err(PipelineError::store(
+        "the ordering key kept moving under concurrent requests; retry",
+        true,
+    ))
 }
 
 /// Parses a request body holding up to `events` payloads: a cheap size
@@ -203,24 +269,31 @@ struct Planned {
     request_hash: String,
 }
 
+/// Plans `valid` for `endpoints` at `now`; a keyed one (with its key's
+/// `head`) is accepted after the key's latest event and ordered after it.
 fn plan(
     app_id: &AppId,
-    valid: ValidEvent,
+    valid: &ValidEvent,
     endpoints: &[EndpointRoute],
+    head: Option<&KeyHead>,
     now: DateTime<Utc>,
     rng: &mut (dyn RngCore + Send),
 ) -> Result<Planned, PipelineError> {
+    let accepted_at = head.map_or(now, |h| ordering::accepted_at(h, now));
     let (mut new, response) = plan_event(
         app_id.clone(),
-        valid.event_type,
+        valid.event_type.clone(),
         &valid.payload,
         endpoints,
-        now,
+        accepted_at,
         rng,
     );
+    if let (Some(key), Some(head)) = (&valid.ordering_key, head) {
+        order_event(&mut new, &response.delivery_ids, key, head);
+    }
     let body =
         serde_json::to_string(&response).map_err(|e| PipelineError::Corrupt(e.to_string()))?;
-    new.idempotency = valid.idempotency_key.map(|key| IdempotencyRecord {
+    new.idempotency = valid.idempotency_key.clone().map(|key| IdempotencyRecord {
         app_id: app_id.clone(),
         key,
         request_hash: valid.request_hash.clone(),
@@ -231,21 +304,56 @@ fn plan(
         new,
         deliveries: response.delivery_ids.len(),
         body,
-        request_hash: valid.request_hash,
+        request_hash: valid.request_hash.clone(),
     })
+}
+
+/// Orders planned event `new` (whose deliveries are `delivery_ids`, in
+/// its endpoints' order) under ordering key `key`, after the key's `head`:
+/// each of its deliveries waits for the key's latest one to its endpoint,
+/// and the key's head moves on in the event's transaction. Pure: also what
+/// a producer's own transaction uses (`hookline-aws`'s outbox).
+pub fn order_event(new: &mut NewEvent, delivery_ids: &[DeliveryId], key: &str, head: &KeyHead) {
+    let endpoints: Vec<EndpointId> = if new.targets.is_empty() {
+        new.deliveries
+            .iter()
+            .map(|d| d.endpoint_id.clone())
+            .chain(new.fanout_remaining.iter().cloned())
+            .collect()
+    } else {
+        new.targets.clone()
+    };
+    let pairs: Vec<(EndpointId, DeliveryId)> = endpoints
+        .into_iter()
+        .zip(delivery_ids.iter().cloned())
+        .collect();
+    let planned = ordering::plan(head, &new.event.id, &pairs, new.event.created_at);
+    new.event.ordering_key = Some(key.to_owned());
+    new.event.after = planned.after;
+    for d in &mut new.deliveries {
+        d.ordering_key = Some(key.to_owned());
+        d.after = new.event.after.get(&d.endpoint_id).cloned();
+    }
+    new.key_head = Some(HeadMove {
+        key: key.to_owned(),
+        from: head.version,
+        head: planned.head,
+    });
 }
 
 /// Commits one planned event (its own transaction: all of it or nothing).
 /// A TransactionConflict (a concurrent request on the same key) is not a
 /// failure: look again (the winner's answer is replayed) or commit again.
+/// `None`: its ordering key moved on (plan it again).
 async fn commit<S: Store>(
     store: &S,
     app_id: &AppId,
     planned: Planned,
-) -> Result<Accepted, PipelineError> {
+) -> Result<Option<Accepted>, PipelineError> {
     let new = &planned.new;
     for round in 0..COMMIT_ROUNDS {
         match store.commit_event(new).await? {
+            CommitOutcome::OrderMoved => return Ok(None),
             CommitOutcome::Committed => {
                 tracing::info!(
                     event_id = %new.event.id,
@@ -255,13 +363,13 @@ async fn commit<S: Store>(
                     fanout_deferred = new.fanout_remaining.len(),
                     "event accepted"
                 );
-                return Ok(Accepted {
+                return Ok(Some(Accepted {
                     body: planned.body,
                     replayed: false,
-                });
+                }));
             }
             CommitOutcome::IdempotencyKeyTaken(existing) => {
-                return replay(existing, &planned.request_hash)
+                return replay(existing, &planned.request_hash).map(Some)
             }
             // Committed again: a key taken meanwhile is answered by the
             // store (which first completes the event its record names, if
@@ -349,6 +457,7 @@ pub async fn send_test_event<S: Store, C: PayloadCheck>(
         EventRequest {
             event_type: event_type.to_string(),
             payload,
+            ordering_key: None,
         },
         None,
     )?;
@@ -371,9 +480,12 @@ pub async fn send_test_event<S: Store, C: PayloadCheck>(
             Ok(response)
         }
         // No key, so no key conflict; a contended commit is retried by the caller.
-        CommitOutcome::IdempotencyKeyTaken(_) | CommitOutcome::Contended => Err(
-            PipelineError::store("the test event's commit was contended; retry", true),
-        ),
+        CommitOutcome::IdempotencyKeyTaken(_)
+        | CommitOutcome::Contended
+        | CommitOutcome::OrderMoved => Err(PipelineError::store(
+            "the test event's commit was contended; retry",
+            true,
+        )),
     }
 }
 
@@ -401,6 +513,10 @@ pub struct BatchEvent {
     /// As the `Idempotency-Key` header of a single event (1-255 visible ASCII).
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// As a single event's: the batch's events with the same key are
+    /// accepted in the batch's order.
+    #[serde(default)]
+    pub ordering_key: Option<String>,
 }
 
 /// Accepts a batch of events of one app: each event is validated and
@@ -423,7 +539,7 @@ pub async fn ingest_batch<S: Store, C: PayloadCheck>(
         settings,
         body,
         MAX_BATCH_EVENTS,
-        r#"{"events": [{"event_type", "payload", "idempotency_key"?}]}"#,
+        r#"{"events": [{"event_type", "payload", "idempotency_key"?, "ordering_key"?}]}"#,
     )?;
     if request.events.is_empty() || request.events.len() > MAX_BATCH_EVENTS {
         return Err(PipelineError::invalid(
@@ -438,6 +554,7 @@ pub async fn ingest_batch<S: Store, C: PayloadCheck>(
         let request = EventRequest {
             event_type: item.event_type,
             payload: item.payload,
+            ordering_key: item.ordering_key,
         };
         let checked = match validate_event(settings, request, item.idempotency_key.as_deref()) {
             Ok(valid) => check.check(store, &app_id, &valid).await.map(|()| valid),
@@ -452,24 +569,60 @@ pub async fn ingest_batch<S: Store, C: PayloadCheck>(
             Err(err) => results.push(Some(Err(err))),
         }
     }
-    // One read of the endpoints; ids and items planned in order.
+    // One read of the endpoints. Unkeyed events commit side by side; the
+    // events of one ordering key commit one after another, in the batch's
+    // order (each after the one before it), beside the others.
     if !to_plan.is_empty() {
         let endpoints = store.list_routes(&app_id).await?;
-        let mut planned = Vec::new();
+        let mut lanes: Vec<Vec<(usize, ValidEvent)>> = Vec::new();
+        let mut lane_of_key: HashMap<String, usize> = HashMap::new();
         for (index, valid) in to_plan {
-            match plan(&app_id, valid, &endpoints, now, rng) {
-                Ok(p) => planned.push((index, p)),
-                Err(err) => results[index] = Some(Err(err)),
+            match valid.ordering_key.clone() {
+                Some(key) => {
+                    let lane = *lane_of_key.entry(key).or_insert_with(|| {
+                        lanes.push(Vec::new());
+                        lanes.len() - 1
+                    });
+                    lanes[lane].push((index, valid));
+                }
+                None => lanes.push(vec![(index, valid)]),
             }
         }
-        let app = &app_id;
-        let committed: Vec<(usize, Result<Accepted, PipelineError>)> =
-            futures::stream::iter(planned)
-                .map(|(index, p)| async move { (index, commit(store, app, p).await) })
+        // Each lane its own generator, seeded from the caller's.
+        let seeded: Vec<(Vec<(usize, ValidEvent)>, StdRng)> = lanes
+            .into_iter()
+            .map(|lane| (lane, StdRng::seed_from_u64(rng.next_u64())))
+            .collect();
+        let (app, endpoints) = (&app_id, &endpoints);
+        let committed: Vec<Vec<(usize, Result<Accepted, PipelineError>)>> =
+            futures::stream::iter(seeded)
+                .map(|(lane, mut lane_rng)| async move {
+                    let mut head = None;
+                    let mut outcomes = Vec::with_capacity(lane.len());
+                    for (index, valid) in lane {
+                        let outcome = async {
+                            let read = match (&valid.ordering_key, head.take()) {
+                                (Some(_), Some(known)) => Some(known),
+                                (Some(key), None) => Some(store.get_key_head(app, key).await?),
+                                (None, _) => None,
+                            };
+                            accept(store, app, &valid, endpoints, read, now, &mut lane_rng).await
+                        }
+                        .await;
+                        outcomes.push((
+                            index,
+                            outcome.map(|(accepted, left)| {
+                                head = left;
+                                accepted
+                            }),
+                        ));
+                    }
+                    outcomes
+                })
                 .buffered(BATCH_COMMIT_CONCURRENCY)
                 .collect()
                 .await;
-        for (index, outcome) in committed {
+        for (index, outcome) in committed.into_iter().flatten() {
             results[index] = Some(outcome);
         }
     }
@@ -547,6 +700,7 @@ pub fn plan_event(
         deliveries,
         fanout_remaining,
         idempotency: None,
+        key_head: None,
     };
     (new, response)
 }
@@ -866,5 +1020,221 @@ mod tests {
         .unwrap();
         assert!(results.iter().all(Result::is_ok));
         assert_eq!(store.events().len(), 100);
+    }
+
+    /// `{"n": n}` with ordering key `key` (and Idempotency-Key `idem`).
+    async fn keyed(
+        store: &MemoryStore,
+        key: &str,
+        n: u32,
+        idem: Option<&str>,
+        now: DateTime<Utc>,
+        rng: &mut StdRng,
+    ) -> IngestResponse {
+        let body = format!(
+            r#"{{"event_type":"order.paid","payload":{{"n":{n}}},"ordering_key":"{key}"}}"#
+        );
+        let accepted = ingest(
+            store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            idem,
+            body.as_bytes(),
+            now,
+            rng,
+        )
+        .await
+        .expect("accepted");
+        serde_json::from_str(&accepted.body).unwrap()
+    }
+
+    fn event_of(store: &MemoryStore, id: &EventId) -> Event {
+        store
+            .events()
+            .into_iter()
+            .find(|e| &e.event.id == id)
+            .unwrap()
+            .event
+    }
+
+    async fn with_endpoint(store: &MemoryStore) -> EndpointId {
+        let ep = Endpoint::new(
+            EndpointId::generate(),
+            AppId::parse("acme").unwrap(),
+            "https://example.com/hook",
+            hookline_core::signing::Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+                .unwrap(),
+            Utc::now(),
+        );
+        store
+            .put_endpoint(&ep, crate::settings::MAX_ENDPOINTS_PER_APP_CEILING)
+            .await
+            .unwrap();
+        ep.id
+    }
+
+    /// A key's events are accepted one after another, each after the key's
+    /// latest (a millisecond later even from a clock behind), and each
+    /// delivery waits for the key's previous one to the endpoint.
+    #[tokio::test]
+    async fn a_keys_events_are_ordered_at_commit_even_behind_another_clock() {
+        let store = MemoryStore::default();
+        let endpoint = with_endpoint(&store).await;
+        let mut rng = StdRng::seed_from_u64(36);
+        let now = Utc::now();
+        let first = keyed(&store, "order_1", 1, None, now, &mut rng).await;
+        // This instance's clock is a second behind the first's.
+        let second = keyed(
+            &store,
+            "order_1",
+            2,
+            None,
+            now - chrono::TimeDelta::seconds(1),
+            &mut rng,
+        )
+        .await;
+        let (a, b) = (
+            event_of(&store, &first.event_id),
+            event_of(&store, &second.event_id),
+        );
+        assert_eq!(
+            b.created_at,
+            a.created_at + chrono::TimeDelta::milliseconds(1)
+        );
+        assert!(b.id > a.id, "a key's event ids sort in its order");
+        assert!(a.after.is_empty());
+        assert_eq!(
+            b.after
+                .get(&endpoint)
+                .map(|t| (t.delivery.clone(), t.event.clone())),
+            Some((first.delivery_ids[0].clone(), a.id.clone()))
+        );
+        assert_eq!(b.ordering_key.as_deref(), Some("order_1"));
+        // Another key starts its own order.
+        let other = keyed(&store, "order_2", 3, None, now, &mut rng).await;
+        assert!(event_of(&store, &other.event_id).after.is_empty());
+        let app = AppId::parse("acme").unwrap();
+        assert_eq!(store.key_head(&app, "order_1").unwrap().version, 2);
+    }
+
+    /// Two requests with the same key race: the one whose head moved under
+    /// it reads the head again and is ordered after the winner; a retried
+    /// request with the same Idempotency-Key keeps its place.
+    #[tokio::test]
+    async fn a_request_that_lost_the_race_for_its_key_goes_after_the_winner() {
+        let store = MemoryStore::default();
+        let endpoint = with_endpoint(&store).await;
+        let mut rng = StdRng::seed_from_u64(37);
+        let now = Utc::now();
+        let first = keyed(&store, "k", 1, Some("idem-1"), now, &mut rng).await;
+        let app = AppId::parse("acme").unwrap();
+        let head = store.key_head(&app, "k").unwrap();
+        // The winner: committed between this request's head read and its commit.
+        let winner = hookline_core::ordering::plan(
+            &head,
+            &EventId::generate(),
+            &[(endpoint.clone(), DeliveryId::generate())],
+            now + chrono::TimeDelta::milliseconds(5),
+        );
+        store.race_next_head_read(winner.head.clone());
+        let loser = keyed(&store, "k", 2, None, now, &mut rng).await;
+        let lost = event_of(&store, &loser.event_id);
+        assert_eq!(lost.after.get(&endpoint), winner.head.tails.get(&endpoint));
+        assert!(lost.created_at > winner.accepted_at);
+        assert_eq!(store.key_head(&app, "k").unwrap().version, 3);
+        // The first request again: its answer, its place.
+        let again = keyed(&store, "k", 1, Some("idem-1"), now, &mut rng).await;
+        assert_eq!(again, first);
+        assert_eq!(
+            store.key_head(&app, "k").unwrap().version,
+            3,
+            "a replay moves nothing"
+        );
+        // The same Idempotency-Key with another ordering key is another request.
+        let body = br#"{"event_type":"order.paid","payload":{"n":1},"ordering_key":"other"}"#;
+        let err = ingest(
+            &store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            Some("idem-1"),
+            body,
+            now,
+            &mut rng,
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("Idempotency-Key"), "{err}");
+    }
+
+    /// A batch's events of one key are accepted in the batch's order, each
+    /// after the one before it; other keys and unkeyed events beside them.
+    #[tokio::test]
+    async fn a_batchs_events_of_one_key_keep_the_batchs_order() {
+        let store = MemoryStore::default();
+        let endpoint = with_endpoint(&store).await;
+        let mut rng = StdRng::seed_from_u64(38);
+        let events: Vec<String> = (0..12)
+            .map(|n| {
+                let key = match n % 3 {
+                    0 => r#","ordering_key":"a""#,
+                    1 => r#","ordering_key":"b""#,
+                    _ => "",
+                };
+                format!(r#"{{"event_type":"order.paid","payload":{{"n":{n}}}{key}}}"#)
+            })
+            .collect();
+        let body = format!(r#"{{"events":[{}]}}"#, events.join(","));
+        let results = ingest_batch(
+            &store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            body.as_bytes(),
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        let answers: Vec<IngestResponse> = results
+            .into_iter()
+            .map(|r| serde_json::from_str(&r.unwrap().body).unwrap())
+            .collect();
+        for key in [0, 1] {
+            let chain: Vec<&IngestResponse> = answers.iter().skip(key).step_by(3).collect();
+            for pair in chain.windows(2) {
+                let later = event_of(&store, &pair[1].event_id);
+                assert_eq!(
+                    later.after.get(&endpoint).map(|t| t.delivery.clone()),
+                    Some(pair[0].delivery_ids[0].clone())
+                );
+                assert!(later.created_at > event_of(&store, &pair[0].event_id).created_at);
+            }
+        }
+        assert!(answers
+            .iter()
+            .skip(2)
+            .step_by(3)
+            .all(|a| event_of(&store, &a.event_id).after.is_empty()));
+        // A bad key is that event's own 400.
+        let bad =
+            br#"{"events":[{"event_type":"order.paid","payload":{},"ordering_key":"has space"}]}"#;
+        let results = ingest_batch(
+            &store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            bad,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap();
+        assert!(results[0]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("ordering_key"));
     }
 }

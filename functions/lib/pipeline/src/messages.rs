@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use hookline_core::ids::{AppId, DeliveryId, EndpointId};
 use hookline_core::model::{Delivery, EventType};
+use hookline_core::ordering::KeyTail;
 use serde::{Deserialize, Serialize};
 
 /// "Attempt number `attempt` of delivery `delivery_id` is due at `not_before`."
@@ -36,6 +37,20 @@ pub struct DeliveryMessage {
     /// delivery without reading its event ([`Self::listed_delivery`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<DateTime<Utc>>,
+    /// On a never-attempted one too: its event's `ordering_key` and the
+    /// delivery it waits for ([`hookline_core::ordering`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<KeyTail>,
+    /// How many times deliver found its predecessor not yet attempted and
+    /// sent this message again (each time a little later).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rechecks: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Largest body carried in a queue message: the message stays within one
@@ -57,7 +72,7 @@ impl DeliveryMessage {
         }
         let (body, created_at) = (self.body.as_deref()?, self.created_at?);
         let (event_id, _) = self.delivery_id.fanout_origin()?;
-        Some(Delivery::of_event_parts(
+        let mut delivery = Delivery::of_event_parts(
             self.delivery_id.clone(),
             self.app_id.clone(),
             event_id,
@@ -65,7 +80,10 @@ impl DeliveryMessage {
             EventType::parse(&self.event_type).ok()?,
             created_at,
             body,
-        ))
+        );
+        delivery.ordering_key = self.ordering_key.clone();
+        delivery.after = self.after.clone();
+        Some(delivery)
     }
 
     pub fn to_json(&self) -> String {
@@ -117,6 +135,12 @@ mod tests {
             failure: None,
             body: Some(r#"{"data":{"n":1e2}}"#.into()),
             created_at: None,
+            ordering_key: Some("order_42".into()),
+            after: Some(KeyTail {
+                delivery: DeliveryId::generate(),
+                event: hookline_core::ids::EventId::generate(),
+            }),
+            rechecks: 2,
         };
         let back: DeliveryMessage = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back, m);

@@ -10,6 +10,7 @@ use hookline_core::apikey::ApiKey;
 use hookline_core::catalog::EventTypeDef;
 use hookline_core::ids::{ApiKeyId, AppId, DeliveryId, EndpointId, EventId, ReplayId};
 use hookline_core::model::{Delivery, DeliveryStatus, Endpoint, EndpointRoute, Event, EventType};
+use hookline_core::ordering::KeyHead;
 use hookline_core::signing::SignedHeaders;
 use hookline_core::stats::StatsDelta;
 
@@ -50,6 +51,17 @@ pub struct NewEvent {
     /// Endpoints whose deliveries dispatch materialises later (large fan-outs).
     pub fanout_remaining: Vec<EndpointId>,
     pub idempotency: Option<IdempotencyRecord>,
+    /// A keyed event's move of its key's head, in the same transaction.
+    pub key_head: Option<HeadMove>,
+}
+
+/// The head an event with an `ordering_key` writes ([`hookline_core::ordering`]):
+/// on the condition that the stored head is still at `from` (0: none yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadMove {
+    pub key: String,
+    pub from: u64,
+    pub head: KeyHead,
 }
 
 /// The largest fan-out kept as a list on the event (its item stays under
@@ -72,6 +84,10 @@ pub enum CommitOutcome {
     /// `TransactionConflict`, e.g. a concurrent request with the same
     /// idempotency key): nothing was written; look again and retry.
     Contended,
+    /// The event's ordering key moved on since its head was read (another
+    /// event of the key committed first): nothing was written; read the
+    /// head again and plan the event after that one.
+    OrderMoved,
 }
 
 /// An event as stored, with its fan-out progress.
@@ -565,6 +581,21 @@ pub trait Store: Send + Sync {
         app: &AppId,
         id: &DeliveryId,
     ) -> impl Future<Output = Result<Option<Delivery>>> + Send;
+    /// The head of ordering key `key` of `app` (consistent read; the
+    /// default head when the key has none).
+    fn get_key_head(&self, app: &AppId, key: &str) -> impl Future<Output = Result<KeyHead>> + Send;
+    /// Asks pending delivery `predecessor` (its item written by an attempt
+    /// or a hold: version above 0) to wake `successor` when it ends: one
+    /// conditional write. `false`: it has ended (or was released once)
+    /// already, or has no item yet.
+    fn register_successor(
+        &self,
+        app: &AppId,
+        predecessor: &DeliveryId,
+        successor: &DeliveryId,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// Whether an event of `app` is still stored (consistent; its key only).
+    fn event_exists(&self, app: &AppId, id: &EventId) -> impl Future<Output = Result<bool>> + Send;
     /// [`Store::get_delivery_item`], read eventually consistently (half
     /// the read units): a write of about the last second may not show yet.
     /// For a listed delivery's first attempt only, where a missed write
