@@ -137,6 +137,14 @@ doc.append(section(
                "code, nothing written, other tenants unaffected, no secret in an answer."),
 ))
 
+ordering = lines("ordering")
+doc.append(section(
+    "12. Ordering per key",
+    or_missing(ordering, "\n".join(f"- {l}" for l in ordering)
+               + "\n\nThe rules are in the README's retry policy; the in-memory scale simulation "
+               "checks each key's order under injected losses (section 10)."),
+))
+
 with open(out, "w", encoding="utf-8") as f:
     f.write("\n".join(doc))
 print(f"wrote {out}")

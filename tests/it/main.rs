@@ -10,6 +10,7 @@ mod guarantees;
 mod isolation;
 mod local_stack;
 mod operator;
+mod ordering;
 mod outbox;
 mod pipeline;
 mod portal;

@@ -50,6 +50,34 @@ struct ReceiverState {
     fallback: Mutex<Option<Reply>>,
     secret: Mutex<Option<String>>,
     received: Mutex<Vec<Received>>,
+    flaky: Mutex<Option<Flaky>>,
+}
+
+/// Random failures ([`Receiver::flaky`]): a 500 for a share of requests
+/// (at most `max_per_id` per webhook id), and always for a body holding
+/// `dead` (a message that never gets through).
+#[derive(Debug)]
+struct Flaky {
+    rng: rand::rngs::StdRng,
+    share: f64,
+    max_per_id: u32,
+    failures: HashMap<String, u32>,
+    dead: String,
+}
+
+impl Flaky {
+    fn reply(&mut self, webhook_id: &str, body: &[u8]) -> Reply {
+        use rand::Rng;
+        if String::from_utf8_lossy(body).contains(&self.dead) {
+            return Reply::Status(500);
+        }
+        let failed = self.failures.entry(webhook_id.to_owned()).or_default();
+        if *failed < self.max_per_id && self.rng.gen_bool(self.share) {
+            *failed += 1;
+            return Reply::Status(500);
+        }
+        Reply::Status(200)
+    }
 }
 
 /// A running receiver; stops when dropped.
@@ -65,14 +93,22 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let reply = lock(&state.script)
-        .pop_front()
-        .or_else(|| lock(&state.fallback).clone())
-        .unwrap_or(Reply::Status(200));
     let pairs: Vec<(String, String)> = headers
         .iter()
         .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
         .collect();
+    let webhook_id = pairs
+        .iter()
+        .find(|(k, _)| k == "webhook-id")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let flaky = lock(&state.flaky)
+        .as_mut()
+        .map(|f| f.reply(&webhook_id, &body));
+    let reply = flaky
+        .or_else(|| lock(&state.script).pop_front())
+        .or_else(|| lock(&state.fallback).clone())
+        .unwrap_or(Reply::Status(200));
     let secret = lock(&state.secret).clone();
     let (standard_ok, stripe_ok) = match secret.as_deref().map(Verifier::new) {
         Some(Ok(v)) => {
@@ -97,11 +133,7 @@ async fn handle(
     };
     lock(&state.received).push(Received {
         at: Instant::now(),
-        webhook_id: pairs
-            .iter()
-            .find(|(k, _)| k == "webhook-id")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default(),
+        webhook_id,
         headers: pairs.into_iter().collect(),
         body: body.to_vec(),
         standard_ok,
@@ -174,6 +206,23 @@ impl Receiver {
             state,
             task,
         }
+    }
+
+    /// Answers 500 to a random `share` of requests (seeded; at most
+    /// `max_per_id` times for one webhook id, so no delivery exhausts a
+    /// schedule longer than that) and to every request whose body holds
+    /// `dead`; 200 otherwise.
+    pub async fn flaky(seed: u64, share: f64, max_per_id: u32, dead: &str) -> Self {
+        use rand::SeedableRng;
+        let receiver = Self::healthy().await;
+        *lock(&receiver.state.flaky) = Some(Flaky {
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            share,
+            max_per_id,
+            failures: HashMap::new(),
+            dead: dead.to_owned(),
+        });
+        receiver
     }
 
     /// Always answers 200.

@@ -468,7 +468,7 @@ mod tests {
         let dispatch = t.event_source("DispatchFunction").unwrap();
         assert_eq!(dispatch.resource, "Table");
         assert_eq!(dispatch.batch_size, 100);
-        assert_eq!(dispatch.filters.len(), 4);
+        assert_eq!(dispatch.filters.len(), 5);
         assert!(dispatch.report_batch_item_failures);
         assert_eq!(dispatch.max_retry_attempts, Some(50));
         assert_eq!(dispatch.on_failure.as_deref(), Some("DispatchFailureQueue"));

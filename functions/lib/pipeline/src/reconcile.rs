@@ -768,6 +768,46 @@ async fn requeue_listed<S: Store, Q: Queue>(
     Ok(requeued)
 }
 
+/// An overdue delivery blocked behind its ordering key's previous one
+/// (its wake may have been lost): if that one is still pending, it waits
+/// on, registered on it again and due when it is (no message, no
+/// attempt); `false` when it no longer waits (its predecessor ended, is
+/// gone, or has no record yet): re-queued, its deliver's gate decides.
+async fn still_waits<S: Store>(
+    store: &S,
+    delivery: &mut Delivery,
+    now: DateTime<Utc>,
+) -> Result<bool, PipelineError> {
+    let Some(predecessor) = delivery
+        .blocked_by
+        .clone()
+        .filter(|_| delivery.waits_for().is_some())
+    else {
+        return Ok(false);
+    };
+    let app = delivery.app_id.clone();
+    let Some(found) = store.get_delivery_item(&app, &predecessor).await? else {
+        return Ok(false);
+    };
+    if found.released || found.status != DeliveryStatus::Pending || found.version == 0 {
+        return Ok(false);
+    }
+    if !store
+        .register_successor(&app, &predecessor, &delivery.id)
+        .await?
+    {
+        return Ok(false);
+    }
+    // Still blocked by it meanwhile: an end of it from now on wakes this
+    // one whatever this write does (a wake first makes it fail).
+    let expected = delivery.version;
+    delivery.block(&predecessor, found.next_attempt_at, now)?;
+    if store.update_delivery(delivery, expected).await? {
+        tracing::info!(delivery_id = %delivery.id, predecessor = %predecessor, "overdue, still waiting for its ordering key's previous delivery: registered again");
+    }
+    Ok(true)
+}
+
 #[tracing::instrument(skip_all, fields(delivery_id = %delivery.id))]
 async fn requeue_if_overdue<S: Store, Q: Queue>(
     store: &S,
@@ -778,6 +818,9 @@ async fn requeue_if_overdue<S: Store, Q: Queue>(
 ) -> Result<bool, PipelineError> {
     let due = delivery.next_attempt_at.unwrap_or(delivery.updated_at);
     if delivery.status != DeliveryStatus::Pending || due >= cutoff {
+        return Ok(false);
+    }
+    if still_waits(store, &mut delivery, now).await? {
         return Ok(false);
     }
     let expected = delivery.version;
@@ -845,6 +888,69 @@ mod tests {
             &RawValue::from_string("{}".into()).unwrap(),
             at,
         )
+    }
+
+    /// An overdue delivery blocked behind its ordering key's previous one
+    /// (its wake lost): while that one is pending it waits on, registered
+    /// again and due when that one is (no message); once it has ended, it
+    /// is re-queued like any lost delivery.
+    #[tokio::test]
+    async fn a_blocked_delivery_waits_on_while_its_predecessor_is_pending() {
+        let now = Utc::now();
+        let (store, queue) = (MemoryStore::default(), MemoryQueue::default());
+        store.record_stream();
+        let old = event(now - chrono::Duration::hours(1));
+        let endpoint = EndpointId::generate();
+        let mut predecessor = Delivery::new(
+            DeliveryId::generate(),
+            &old,
+            endpoint.clone(),
+            old.created_at,
+        );
+        predecessor.version = 3;
+        predecessor.next_attempt_at = Some(now + chrono::Duration::minutes(10));
+        let mut blocked = Delivery::new(DeliveryId::generate(), &old, endpoint, old.created_at);
+        blocked.after = Some(hookline_core::ordering::KeyTail {
+            delivery: predecessor.id.clone(),
+            event: old.id.clone(),
+        });
+        blocked
+            .block(&predecessor.id, Some(old.created_at), old.created_at)
+            .unwrap();
+        store.insert_delivery(predecessor.clone());
+        store.insert_delivery(blocked.clone());
+
+        let report = run_at(&store, &queue, now).await;
+        assert_eq!((report.overdue, report.requeued), (1, 0));
+        assert!(queue.sent().is_empty(), "no message while it waits");
+        let stored = |id: &DeliveryId| {
+            store
+                .deliveries()
+                .into_iter()
+                .find(|d| &d.id == id)
+                .unwrap()
+        };
+        let waiting = stored(&blocked.id);
+        assert_eq!(waiting.blocked_by.as_ref(), Some(&predecessor.id));
+        assert_eq!(waiting.next_attempt_at, predecessor.next_attempt_at);
+        // Registered again: the predecessor's end wakes it.
+        store.take_stream();
+        let mut ended = predecessor.clone();
+        ended.status = DeliveryStatus::Delivered;
+        ended.released = true;
+        ended.version += 1;
+        assert!(store
+            .update_delivery(&ended, predecessor.version)
+            .await
+            .unwrap());
+        assert!(store.take_stream().iter().any(|r| matches!(
+            &r.change,
+            Ok(crate::dispatch::StreamChange::Wake { successor, .. }) if successor == &blocked.id
+        )));
+        // That wake lost too: the next overdue run re-queues it.
+        let report = run_at(&store, &queue, now + chrono::Duration::hours(1)).await;
+        assert_eq!(report.requeued, 1);
+        assert_eq!(queue.sent()[0].0.delivery_id, blocked.id);
     }
 
     #[tokio::test]
