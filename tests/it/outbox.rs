@@ -44,7 +44,7 @@ async fn order_and_webhook_commit_together_or_not_at_all() {
     };
     assert!(matches!(
         service.create_order(&again).await,
-        Err(OrderError::AlreadyExists(_))
+        Err(OrderError::Conflict(_))
     ));
     let count = |table: &str| {
         let client = stack.clients.dynamodb.clone();
@@ -130,4 +130,72 @@ async fn order_and_webhook_commit_together_or_not_at_all() {
     let body: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
     assert_eq!(body["type"], "order.created");
     assert_eq!(body["data"]["order_id"], "ord_1");
+
+    // Ordered by the order's id: `order.paid` waits for `order.created`.
+    // A head read before another event of the key committed: that
+    // producer's transaction is cancelled (nothing written) and says so.
+    use hookline_pipeline::ports::Store;
+    let app = AppId::parse("shop").unwrap();
+    let stale = stack.store.get_key_head(&app, "ord_1").await.unwrap();
+    assert_eq!(stale.version, 1, "order.created moved the order's key");
+    let paid = service
+        .pay_order("ord_1", chrono::Utc::now())
+        .await
+        .unwrap();
+    let endpoints = stack.store.list_routes(&app).await.unwrap();
+    let (late, _) = hookline_aws::outbox::keyed_event_items(
+        stack.store.table(),
+        app.clone(),
+        "order.refunded",
+        &serde_json::value::RawValue::from_string("{}".into()).unwrap(),
+        "ord_1",
+        &stale,
+        &endpoints,
+        chrono::Utc::now(),
+        Duration::from_secs(86_400),
+    )
+    .unwrap();
+    let err = stack
+        .clients
+        .dynamodb
+        .transact_write_items()
+        .set_transact_items(Some(late))
+        .send()
+        .await
+        .expect_err("the key moved on");
+    let reasons = hookline_aws::error::cancellation_reasons(&err).unwrap_or_default();
+    assert!(hookline_aws::outbox::key_moved(reasons, 0), "{reasons:?}");
+    assert!(matches!(
+        service.pay_order("ord_missing", chrono::Utc::now()).await,
+        Err(OrderError::Conflict(_))
+    ));
+    let paid_id = paid.delivery_ids[0].to_string();
+    let (_, _, view) = stack
+        .call(
+            "GET",
+            &format!("/v1/apps/shop/deliveries/{paid_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(view["ordering_key"], "ord_1");
+    assert!(
+        stack
+            .pump_until(Duration::from_secs(60), || async {
+                stack.delivery(&paid_id).await.status == DeliveryStatus::Delivered
+            })
+            .await
+    );
+    let types: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["type"].to_string())
+        .collect();
+    assert_eq!(types, [r#""order.created""#, r#""order.paid""#]);
+    let stored = stack.delivery(&paid_id).await;
+    assert_eq!(
+        stored.after.map(|t| t.delivery.to_string()),
+        Some(id),
+        "order.paid waited for order.created"
+    );
 }

@@ -17,6 +17,12 @@
 //! listed on it); a larger one adds its first delivery items and keeps the
 //! rest as a fan-out list on the event item, which the dispatch function
 //! materialises after commit, exactly as for events sent through the API.
+//!
+//! An event with an `ordering_key` ([`keyed_event_items`]) is ordered after
+//! the key's head, read first (`Store::get_key_head`); its items move the
+//! head on, on the condition that no other event of the key committed
+//! meanwhile. If yours did not ([`key_moved`]), read the head again and
+//! build the items again.
 
 use std::time::Duration;
 
@@ -24,7 +30,8 @@ use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use hookline_core::ids::AppId;
 use hookline_core::model::{EndpointRoute, EventType};
-use hookline_pipeline::ingest::{plan_event, IngestResponse};
+use hookline_core::ordering::KeyHead;
+use hookline_pipeline::ingest::{order_event, plan_event, IngestResponse};
 use hookline_pipeline::ports::{HeadMove, NewEvent, Result};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -130,6 +137,48 @@ fn head_move(
     };
     let put = put.build().map_err(|e| crate::error::corrupt("put", e))?;
     Ok(TransactWriteItem::builder().put(put).build())
+}
+
+/// [`event_items`] for an event with `ordering_key`, ordered after the
+/// key's `head` as read (`Store::get_key_head`): one more item, the head's
+/// move, at [`KEY_HEAD_POSITION`] among these items. A transaction
+/// cancelled with [`key_moved`] wrote nothing: read the head again and
+/// build the items again.
+#[allow(clippy::too_many_arguments)]
+pub fn keyed_event_items(
+    table: &str,
+    app_id: AppId,
+    event_type: &str,
+    payload: &RawValue,
+    ordering_key: &str,
+    head: &KeyHead,
+    endpoints: &[EndpointRoute],
+    now: DateTime<Utc>,
+    retention: Duration,
+) -> Result<(Vec<TransactWriteItem>, IngestResponse)> {
+    let event_type = EventType::parse(event_type)?;
+    hookline_core::ordering::check_ordering_key(ordering_key)?;
+    let mut rng = StdRng::from_entropy();
+    let accepted_at = hookline_core::ordering::accepted_at(head, now);
+    let (mut new, response) = plan_event(
+        app_id,
+        event_type,
+        payload,
+        endpoints,
+        accepted_at,
+        &mut rng,
+    );
+    order_event(&mut new, &response.delivery_ids, ordering_key, head);
+    Ok((transact_items(table, &new, retention)?, response))
+}
+
+/// Whether a transaction holding [`keyed_event_items`] from position
+/// `offset` (the items of yours before them) was cancelled because the
+/// key's head moved on.
+pub fn key_moved(reasons: &[aws_sdk_dynamodb::types::CancellationReason], offset: usize) -> bool {
+    reasons
+        .get(offset + KEY_HEAD_POSITION)
+        .is_some_and(crate::error::condition_failed)
 }
 
 /// Builds a `Put` of `item` that refuses to overwrite (also the store's create-only items).
