@@ -118,9 +118,23 @@ pub enum Predecessor {
     /// Pending; `attempted`: its item records an attempt or a hold (a
     /// successor may register on it).
     Pending { attempted: bool },
-    /// No item: not attempted yet, or gone (`event_kept`: its event is
-    /// still there, so it is not gone).
-    Missing { event_kept: bool },
+    /// No item: not attempted yet, or gone. `may_come`: its event is still
+    /// there and the waiting delivery is younger than [`lost_after`] (by
+    /// then the reconciler has written any predecessor still pending: one
+    /// with no item is gone, its item expired though its event was kept).
+    Missing { may_come: bool },
+}
+
+/// How old a waiting delivery is when a predecessor with no item is taken
+/// as gone: twice the reconciler's bound for recovering a lost first
+/// attempt (`reconcile_after` plus two runs), which writes the item of any
+/// predecessor still pending. Nothing waits forever on a record that
+/// will not come.
+pub fn lost_after(
+    reconcile_after: std::time::Duration,
+    reconcile_interval: std::time::Duration,
+) -> TimeDelta {
+    TimeDelta::from_std((reconcile_after + reconcile_interval * 2) * 2).unwrap_or(TimeDelta::MAX)
 }
 
 /// Whether a keyed delivery's first attempt may be made.
@@ -141,8 +155,8 @@ pub enum OrderGate {
 /// made yet; a later attempt, a manual retry or a resend never waits).
 pub fn gate(predecessor: Predecessor) -> OrderGate {
     match predecessor {
-        Predecessor::Ended | Predecessor::Missing { event_kept: false } => OrderGate::Go,
-        Predecessor::Missing { event_kept: true } | Predecessor::Pending { attempted: false } => {
+        Predecessor::Ended | Predecessor::Missing { may_come: false } => OrderGate::Go,
+        Predecessor::Missing { may_come: true } | Predecessor::Pending { attempted: false } => {
             OrderGate::Recheck
         }
         Predecessor::Pending { attempted: true } => OrderGate::Wait,
@@ -243,14 +257,21 @@ mod tests {
             "written, never attempted (a materialised fan-out)"
         );
         assert_eq!(
-            gate(Predecessor::Missing { event_kept: true }),
+            gate(Predecessor::Missing { may_come: true }),
             OrderGate::Recheck,
             "listed, not attempted yet"
         );
         assert_eq!(
-            gate(Predecessor::Missing { event_kept: false }),
+            gate(Predecessor::Missing { may_come: false }),
             OrderGate::Go,
-            "gone with its event"
+            "gone with its event, or waited past the recovery bound"
+        );
+        assert_eq!(
+            lost_after(
+                std::time::Duration::from_secs(900),
+                std::time::Duration::from_secs(300)
+            ),
+            TimeDelta::minutes(50)
         );
     }
 }

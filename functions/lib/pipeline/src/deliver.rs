@@ -779,9 +779,22 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
             Some(p) => Predecessor::Pending {
                 attempted: p.version > 0,
             },
-            None => Predecessor::Missing {
-                event_kept: self.store.event_exists(&app, &tail.event).await?,
-            },
+            None => {
+                let lost_after = ordering::lost_after(
+                    self.settings.reconcile_after,
+                    self.settings.reconcile_interval,
+                );
+                // A queue backlog delays a predecessor's first attempt as
+                // much (and the reconciler waits it out): added to the bound.
+                let backlog = lock(&self.lateness)
+                    .least
+                    .unwrap_or_default()
+                    .max(chrono::TimeDelta::zero());
+                let young = now - delivery.created_at <= lost_after + backlog;
+                Predecessor::Missing {
+                    may_come: young && self.store.event_exists(&app, &tail.event).await?,
+                }
+            }
         };
         match ordering::gate(state) {
             OrderGate::Go => Ok(None),
@@ -2061,6 +2074,11 @@ mod tests {
 
         /// Accepts `{"n": n}` with `key`; its delivery's id.
         async fn send(&self, key: Option<&str>, n: u32) -> DeliveryId {
+            self.send_at(key, n, Utc::now()).await
+        }
+
+        /// [`Self::send`], accepted at `at`.
+        async fn send_at(&self, key: Option<&str>, n: u32, at: DateTime<Utc>) -> DeliveryId {
             let body = match key {
                 Some(k) => format!(
                     r#"{{"event_type":"order.paid","payload":{{"n":{n}}},"ordering_key":"{k}"}}"#
@@ -2074,7 +2092,7 @@ mod tests {
                 self.app.as_str(),
                 None,
                 body.as_bytes(),
-                Utc::now(),
+                at,
                 &mut StdRng::from_entropy(),
             )
             .await
@@ -2254,5 +2272,40 @@ mod tests {
         );
         pipeline.settle().await;
         assert_eq!(pipeline.received(), [1, 2, 3]);
+    }
+
+    /// Nothing waits forever: a predecessor with no record long past the
+    /// reconciler's bound (its item expired though its event was kept) is
+    /// taken as gone, and the delivery goes.
+    #[tokio::test]
+    async fn a_predecessor_with_no_record_past_the_recovery_bound_is_gone() {
+        let (pipeline, _) = Pipeline::new(vec![]).await;
+        let long_ago = Utc::now() - chrono::TimeDelta::hours(3);
+        let first = pipeline.send_at(Some("k"), 1, long_ago).await;
+        let second = pipeline.send_at(Some("k"), 2, long_ago).await;
+        let (store, queue) = (&pipeline.deliverer.store, &pipeline.deliverer.queue);
+        crate::dispatch::dispatch_changes(
+            store,
+            queue,
+            store.take_stream(),
+            chrono::TimeDelta::hours(1),
+            Utc::now(),
+        )
+        .await;
+        let messages = std::mem::take(&mut *queue.sent.lock().unwrap());
+        let mut message = messages
+            .iter()
+            .find(|(m, _)| m.delivery_id == second)
+            .unwrap()
+            .0
+            .clone();
+        // Not a backlog: the message arrives on time (a look again).
+        message.not_before = Utc::now();
+        assert_eq!(
+            pipeline.deliverer.handle(&message).await.unwrap(),
+            DeliverOutcome::Delivered
+        );
+        assert!(!store.delivery_items().iter().any(|d| d.id == first));
+        assert_eq!(pipeline.received(), [2]);
     }
 }
