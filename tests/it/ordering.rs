@@ -103,6 +103,9 @@ async fn each_keys_deliveries_arrive_in_order_and_a_dead_message_holds_back_only
         }
     }
     let failures = received.iter().filter(|r| r.answered >= 500).count();
+    // A successor registering on its predecessor is no state change of
+    // the predecessor's: it is not queued (and sent) a second time.
+    assert_eq!(receiver.duplicates(), 0, "a delivery got two 2xx");
 
     // The dead key: its head still pending, the next blocked by it, never sent.
     let dead = stack.delivery(&ids[0][0]).await;

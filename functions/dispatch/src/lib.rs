@@ -69,7 +69,8 @@ async fn handle_in_order<S: Store, Q: Queue>(
             change: if record.event_name == "REMOVE" {
                 Ok(StreamChange::Ignored)
             } else {
-                decode_stream_image(record.change.new_image)
+                let old = record.change.old_image;
+                decode_stream_image(record.change.new_image, Some(old).filter(|o| !o.is_empty()))
             },
         })
         .collect();

@@ -34,6 +34,8 @@ pub struct Scenario {
     pub goal_usd: f64,
     /// The endpoints' `rate_limit` (requests per second), if any.
     pub rate_limit: Option<u32>,
+    /// Event `i` gets `ordering_key` `order-{i % n}`, if set.
+    pub ordering_keys: Option<usize>,
 }
 
 /// What a scenario cost, by operation.
@@ -314,7 +316,18 @@ pub async fn run(scenario: Scenario) -> Result<ScenarioCounts, String> {
     counters.functions.reset();
     counters.event_sources.reset();
     let expected = scenario.events * scenario.endpoints;
-    let event = |key: &str| json!({"event_type": "order.paid", "payload": order_payload(key)});
+    let ordering_keys = scenario.ordering_keys;
+    let event = |key: &str| {
+        let mut event = json!({"event_type": "order.paid", "payload": order_payload(key)});
+        if let Some(keys) = ordering_keys {
+            let i: usize = key
+                .trim_start_matches("bench-")
+                .parse()
+                .expect("the bench's keys are numbered");
+            event["ordering_key"] = json!(format!("order-{}", i % keys));
+        }
+        event
+    };
     let per_request = scenario.events_per_request.max(1);
     let mut sent = 0;
     while sent < scenario.events {

@@ -17,6 +17,7 @@ mod calls;
 mod cpu;
 mod init;
 mod memory;
+mod ordering;
 mod report;
 mod stub;
 mod throughput;
@@ -62,6 +63,9 @@ struct Args {
     /// Only the reconciler's large-window memory runs, printed.
     #[arg(long)]
     memory_only: bool,
+    /// Only the ordered-keys section (printed).
+    #[arg(long)]
+    ordering_only: bool,
 }
 
 /// Our CPU per delivered webhook, goal (issue: lean storage).
@@ -201,6 +205,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let events = if args.quick { 20 } else { 200 };
     if args.cost_only {
         let (md, _) = cost_section(events).await?;
+        out(&md);
+        return Ok(());
+    }
+    if args.ordering_only {
+        let (md, _) = ordering::section(10).await?;
         out(&md);
         return Ok(());
     }
@@ -665,6 +674,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             events_per_request: 1,
             goal_usd: 3.00,
             rate_limit: None,
+            ordering_keys: None,
         },
         calls::Scenario {
             name: "5 endpoints, all succeed",
@@ -674,6 +684,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             events_per_request: 1,
             goal_usd: 2.00,
             rate_limit: None,
+            ordering_keys: None,
         },
         calls::Scenario {
             name: "1 endpoint, 30 % need one retry",
@@ -683,6 +694,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             events_per_request: 1,
             goal_usd: 3.60,
             rate_limit: None,
+            ordering_keys: None,
         },
         calls::Scenario {
             name: "batch ingest: 1 endpoint, 10 events per request",
@@ -692,6 +704,7 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             events_per_request: 10,
             goal_usd: 2.00,
             rate_limit: None,
+            ordering_keys: None,
         },
         // The limiter's own cost: a limit high enough never to throttle, so
         // the difference to the first row is what a limit costs per
@@ -706,6 +719,22 @@ async fn cost_section(events: usize) -> Result<(String, Value), Box<dyn std::err
             events_per_request: 1,
             goal_usd: 3.00 + 0.25,
             rate_limit: Some(1000),
+            ordering_keys: None,
+        },
+        // Ordering per key: every event keyed (20 keys, each event after its
+        // key's previous one). An ordered event commits in a transaction
+        // with its key's head; a delivery whose predecessor is pending
+        // blocks and is woken. Goal: the first row's plus at most 2 WRU per
+        // delivery.
+        calls::Scenario {
+            name: "1 endpoint, ordered keys (20 keys), all succeed",
+            events,
+            endpoints: 1,
+            retry_share: 0.0,
+            events_per_request: 1,
+            goal_usd: 3.00 + 1.25,
+            rate_limit: None,
+            ordering_keys: Some(20),
         },
     ];
     let _ = writeln!(

@@ -168,7 +168,7 @@ pub fn keyed_event_items(
         accepted_at,
         &mut rng,
     );
-    order_event(&mut new, &response.delivery_ids, ordering_key, head);
+    order_event(&mut new, &response.delivery_ids, ordering_key, head)?;
     Ok((transact_items(table, &new, retention)?, response))
 }
 

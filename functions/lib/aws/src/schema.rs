@@ -607,9 +607,10 @@ struct KeyHeadItem {
     expires_at: i64,
 }
 
-/// The item of ordering key `key`'s head: it expires a retention after
-/// the key's latest event (whose deliveries are gone with it by then; a
-/// key used again after that starts afresh).
+/// The item of ordering key `key`'s head: it expires two retentions after
+/// the key's latest event (a key's deliveries may wait past their event's
+/// own retention, which their waits extend; a key used again after that
+/// starts afresh).
 pub fn key_head_item(
     app: &AppId,
     key: &str,
@@ -626,7 +627,7 @@ pub fn key_head_item(
             version: head.version,
             last_at: head.last_at,
             tails: head.tails.clone(),
-            expires_at: epoch_after(last, retention),
+            expires_at: epoch_after(last, retention.saturating_mul(2)),
         },
     )
 }
@@ -1075,13 +1076,26 @@ pub fn idempotency_from_item(
     }))
 }
 
+/// Whether a delivery's old image (a MODIFY's) has the new one's version.
+fn same_version(new: &Item, old: Option<&Item>) -> bool {
+    let version = |item: &Item| match item.get("version") {
+        Some(serde_dynamo::AttributeValue::N(n)) => Some(n.clone()),
+        _ => None,
+    };
+    old.is_some_and(|old| version(old).is_some() && version(old) == version(new))
+}
+
 /// What a stream record's new image asks of dispatch. Decided from the new
-/// image alone; an undecodable delivery image is an error (reported, retried,
+/// image (and, for a delivery, whether the old one had its version); an undecodable delivery image is an error (reported, retried,
 /// then sent to the on-failure destination), never silently ignored.
-pub fn decode_stream_image(image: Item) -> Result<StreamChange, PipelineError> {
+pub fn decode_stream_image(image: Item, old: Option<Item>) -> Result<StreamChange, PipelineError> {
     let head: KindOnly =
         serde_dynamo::from_item(image.clone()).map_err(|e| corrupt("stream image", e))?;
     match head.kind.as_str() {
+        // A change of a delivery that is not a change of its state (its
+        // version stands): a successor registered on it (`wake`). Queued
+        // again it would be sent twice.
+        KIND_DELIVERY if same_version(&image, old.as_ref()) => Ok(StreamChange::Ignored),
         KIND_DELIVERY => {
             let delivery = delivery_from_item(image)?;
             let pending = delivery.status == DeliveryStatus::Pending;
@@ -1180,7 +1194,7 @@ mod tests {
         assert_eq!(stored.fanout_remaining, rest);
         assert_eq!(stored.fanout_version, 3);
         assert_eq!(
-            decode_stream_image(item).unwrap(),
+            decode_stream_image(item, None).unwrap(),
             StreamChange::EventFanout(event.app_id.clone(), event.id.clone())
         );
     }
@@ -1249,21 +1263,33 @@ mod tests {
             .expect("pending");
         let item = delivery_item(&delivery, retention).unwrap();
         assert_eq!(
-            decode_stream_image(item.clone()).unwrap(),
+            decode_stream_image(item.clone(), None).unwrap(),
             StreamChange::Ignored
         );
         assert_eq!(delivery_from_item(item).unwrap(), delivery);
         delivery.unblock(&predecessor, Utc::now());
         delivery.requeued = false;
+        let pending = delivery_item(&delivery, retention).unwrap();
         assert!(matches!(
-            decode_stream_image(delivery_item(&delivery, retention).unwrap()).unwrap(),
+            decode_stream_image(pending.clone(), None).unwrap(),
             StreamChange::PendingDelivery(_)
         ));
+        // A successor registering on it (`wake` set, its version standing)
+        // is not a new state to queue: it would be sent twice.
+        let mut registered = pending.clone();
+        registered.insert(
+            "wake".into(),
+            serde_dynamo::AttributeValue::S(DeliveryId::generate().as_str().to_owned()),
+        );
+        assert_eq!(
+            decode_stream_image(registered, Some(pending.clone())).unwrap(),
+            StreamChange::Ignored
+        );
         delivery.status = DeliveryStatus::Delivered;
         let successor = DeliveryId::generate();
         let mut ended = delivery_item(&delivery, retention).unwrap();
         assert_eq!(
-            decode_stream_image(ended.clone()).unwrap(),
+            decode_stream_image(ended.clone(), None).unwrap(),
             StreamChange::Ignored
         );
         ended.insert(
@@ -1271,7 +1297,7 @@ mod tests {
             serde_dynamo::AttributeValue::S(successor.as_str().to_owned()),
         );
         assert_eq!(
-            decode_stream_image(ended).unwrap(),
+            decode_stream_image(ended, None).unwrap(),
             StreamChange::Wake {
                 app: delivery.app_id.clone(),
                 successor,
@@ -1435,14 +1461,17 @@ mod tests {
         let (event, mut delivery, endpoint) = sample();
         let item = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
         assert!(matches!(
-            decode_stream_image(item).unwrap(),
+            decode_stream_image(item, None).unwrap(),
             StreamChange::PendingDelivery(_)
         ));
         delivery.status = DeliveryStatus::Delivered;
         let item = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
-        assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
         assert_eq!(
-            decode_stream_image(endpoint_item(&endpoint).unwrap()).unwrap(),
+            decode_stream_image(item, None).unwrap(),
+            StreamChange::Ignored
+        );
+        assert_eq!(
+            decode_stream_image(endpoint_item(&endpoint).unwrap(), None).unwrap(),
             StreamChange::Ignored
         );
         let item = event_item(
@@ -1454,10 +1483,13 @@ mod tests {
             event.created_at,
         )
         .unwrap();
-        assert_eq!(decode_stream_image(item).unwrap(), StreamChange::Ignored);
+        assert_eq!(
+            decode_stream_image(item, None).unwrap(),
+            StreamChange::Ignored
+        );
         let mut bad = delivery_item(&delivery, Duration::from_secs(1)).unwrap();
         bad.remove("status");
-        assert!(decode_stream_image(bad).is_err());
+        assert!(decode_stream_image(bad, None).is_err());
     }
 
     #[test]
@@ -1498,7 +1530,8 @@ mod tests {
         assert_eq!(stored.event.body, event.body, "byte for byte");
         assert_eq!(stored.event, event);
         // The stream image (dispatch) reads it the same way.
-        let StreamChange::ListedFanout(listed) = decode_stream_image(item.clone()).unwrap() else {
+        let StreamChange::ListedFanout(listed) = decode_stream_image(item.clone(), None).unwrap()
+        else {
             panic!("not a listed fan-out");
         };
         assert_eq!(listed.event.body, event.body);

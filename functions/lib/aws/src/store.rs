@@ -2254,6 +2254,14 @@ impl Store for DynamoStore {
             .map(Option::unwrap_or_default)
     }
 
+    async fn event_exists(&self, app: &AppId, id: &EventId) -> Result<bool> {
+        let (pk, sk) = event_key(app, id);
+        Ok(!self
+            .batch_get(vec![(pk, sk)], false, Some("PK"))
+            .await?
+            .is_empty())
+    }
+
     async fn register_successor(
         &self,
         app: &AppId,
@@ -2275,14 +2283,6 @@ impl Store for DynamoStore {
             .value(":zero", Value::N("0".into()));
         let _g = self.write_guard().await?;
         direct_condition_to_bool(self.http.update_item(&update).await)
-    }
-
-    async fn event_exists(&self, app: &AppId, id: &EventId) -> Result<bool> {
-        let (pk, sk) = event_key(app, id);
-        Ok(!self
-            .batch_get(vec![(pk, sk)], true, Some("PK"))
-            .await?
-            .is_empty())
     }
 
     async fn peek_delivery_item_and_endpoint(

@@ -484,6 +484,9 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 return Ok(outcome);
             }
         }
+        // The gate may have written it (blocked, then found its predecessor
+        // ended): the outcome is written over that version.
+        let expected_version = delivery.version;
         let number = delivery.next_attempt_number();
         let waiting_before = delivery.attempt_count > 0;
         // The request sent, if one was: answered 2xx, latency (ms).
@@ -790,7 +793,12 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                     .least
                     .unwrap_or_default()
                     .max(chrono::TimeDelta::zero());
-                let young = now - delivery.created_at <= lost_after + backlog;
+                // By its event's age (its id's time): past the bound the
+                // reconciler has written a predecessor still pending, so an
+                // old one with no item is gone (expired), however new this
+                // delivery is; a younger one may come while its event is
+                // there.
+                let young = now - tail.event.created_at() <= lost_after + backlog;
                 Predecessor::Missing {
                     may_come: young && self.store.event_exists(&app, &tail.event).await?,
                 }
@@ -802,14 +810,19 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 // Blocked too (its item written: its own successor can
                 // register on it rather than look again as well), and
                 // back in a little while, from 1 s, doubling.
-                let delay = 1_i32
-                    .checked_shl(message.rechecks)
-                    .unwrap_or(RECHECK_MAX_SECS)
-                    .clamp(1, RECHECK_MAX_SECS);
+                let delay = if message.rechecks >= 6 {
+                    RECHECK_MAX_SECS
+                } else {
+                    (1_i32 << message.rechecks).min(RECHECK_MAX_SECS)
+                };
                 let back_at = now + chrono::TimeDelta::seconds(i64::from(delay));
+                let first_block = delivery.blocked_by.is_none();
                 delivery.block(&tail.delivery, Some(back_at), now)?;
                 if !self.put_back(delivery, expected_version).await? {
                     return Ok(Some(DeliverOutcome::Stale));
+                }
+                if first_block {
+                    self.keep_event_while_waiting(delivery, now).await?;
                 }
                 let mut again = message.clone();
                 again.version = Some(delivery.version);
@@ -831,38 +844,45 @@ impl<S: Store, Q: Queue, H: Sender> Deliverer<S, Q, H> {
                 Ok(Some(DeliverOutcome::Rechecking))
             }
             OrderGate::Wait => {
+                // Blocked first, registered second: a predecessor still
+                // pending at the registration ends after it, and its wake
+                // finds this one blocked (no look again needed).
+                let due = found.as_ref().and_then(|p| p.next_attempt_at);
+                let first_block = delivery.blocked_by.is_none();
+                delivery.block(&tail.delivery, due, now)?;
+                if !self.put_back(delivery, expected_version).await? {
+                    return Ok(Some(DeliverOutcome::Stale));
+                }
                 if !self
                     .store
                     .register_successor(&app, &tail.delivery, &delivery.id)
                     .await?
                 {
                     // Its condition failed: the predecessor ended meanwhile.
+                    // The attempt goes now, written over the block.
                     return Ok(None);
                 }
-                let due = found.as_ref().and_then(|p| p.next_attempt_at);
-                delivery.block(&tail.delivery, due, now)?;
-                if !self.put_back(delivery, expected_version).await? {
-                    return Ok(Some(DeliverOutcome::Stale));
-                }
-                // Its end may have come between the registration and the
-                // block (its wake then found nothing blocked): look again,
-                // consistently, and wake it here if so.
-                let again = self.store.get_delivery_item(&app, &tail.delivery).await?;
-                if again.is_none_or(|p| p.released || p.status != DeliveryStatus::Pending) {
-                    crate::dispatch::wake(
-                        &self.store,
-                        &self.queue,
-                        &app,
-                        &delivery.id,
-                        &tail.delivery,
-                        now,
-                    )
-                    .await?;
+                if first_block {
+                    self.keep_event_while_waiting(delivery, now).await?;
                 }
                 tracing::info!(delivery_id = %delivery.id, predecessor = %tail.delivery, "waiting for its ordering key's previous delivery to end");
                 Ok(Some(DeliverOutcome::Blocked))
             }
         }
+    }
+
+    /// A delivery starts waiting for its key's previous one: its event is
+    /// kept a retention from now (a key's deliveries may wait through
+    /// several schedules, longer than the event's own retention; the
+    /// reconciler's re-blocks keep it on).
+    async fn keep_event_while_waiting(
+        &self,
+        delivery: &Delivery,
+        now: DateTime<Utc>,
+    ) -> Result<(), PipelineError> {
+        self.store
+            .extend_event_retention(&delivery.app_id, &delivery.event_id, now)
+            .await
     }
 
     /// Writes a delivery put back without an attempt (held, or waiting

@@ -289,7 +289,7 @@ fn plan(
         rng,
     );
     if let (Some(key), Some(head)) = (&valid.ordering_key, head) {
-        order_event(&mut new, &response.delivery_ids, key, head);
+        order_event(&mut new, &response.delivery_ids, key, head)?;
     }
     let body =
         serde_json::to_string(&response).map_err(|e| PipelineError::Corrupt(e.to_string()))?;
@@ -311,34 +311,41 @@ fn plan(
 /// Orders planned event `new` (whose deliveries are `delivery_ids`, in
 /// its endpoints' order) under ordering key `key`, after the key's `head`:
 /// each of its deliveries waits for the key's latest one to its endpoint,
-/// and the key's head moves on in the event's transaction. Pure: also what
-/// a producer's own transaction uses (`hookline-aws`'s outbox).
-pub fn order_event(new: &mut NewEvent, delivery_ids: &[DeliveryId], key: &str, head: &KeyHead) {
-    let endpoints: Vec<EndpointId> = if new.targets.is_empty() {
-        new.deliveries
-            .iter()
-            .map(|d| d.endpoint_id.clone())
-            .chain(new.fanout_remaining.iter().cloned())
-            .collect()
-    } else {
-        new.targets.clone()
-    };
-    let pairs: Vec<(EndpointId, DeliveryId)> = endpoints
-        .into_iter()
+/// and the key's head moves on in the event's transaction. A keyed event
+/// goes to at most [`FANOUT_LIST_MAX`] endpoints (a listed fan-out: the
+/// key's head and the event's waits stay small items, and the whole event
+/// is one transaction), else 400 `too_many_endpoints_for_ordering`. Pure:
+/// also what a producer's own transaction uses (`hookline-aws`'s outbox).
+pub fn order_event(
+    new: &mut NewEvent,
+    delivery_ids: &[DeliveryId],
+    key: &str,
+    head: &KeyHead,
+) -> Result<(), PipelineError> {
+    if !new.deliveries.is_empty() || !new.fanout_remaining.is_empty() {
+        return Err(PipelineError::invalid(
+            "too_many_endpoints_for_ordering",
+            format!(
+                "an event with an ordering_key goes to at most {FANOUT_LIST_MAX} endpoints; this one goes to {}",
+                delivery_ids.len()
+            ),
+        ));
+    }
+    let pairs: Vec<(EndpointId, DeliveryId)> = new
+        .targets
+        .iter()
+        .cloned()
         .zip(delivery_ids.iter().cloned())
         .collect();
     let planned = ordering::plan(head, &new.event.id, &pairs, new.event.created_at);
     new.event.ordering_key = Some(key.to_owned());
     new.event.after = planned.after;
-    for d in &mut new.deliveries {
-        d.ordering_key = Some(key.to_owned());
-        d.after = new.event.after.get(&d.endpoint_id).cloned();
-    }
     new.key_head = Some(HeadMove {
         key: key.to_owned(),
         from: head.version,
         head: planned.head,
     });
+    Ok(())
 }
 
 /// Commits one planned event (its own transaction: all of it or nothing).
@@ -1236,5 +1243,35 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ordering_key"));
+    }
+
+    /// A keyed event goes to at most 100 endpoints (a listed fan-out):
+    /// past that, 400 naming the limit, nothing written.
+    #[tokio::test]
+    async fn a_keyed_event_to_more_than_100_endpoints_is_refused() {
+        let store = MemoryStore::default();
+        for _ in 0..=FANOUT_LIST_MAX {
+            with_endpoint(&store).await;
+        }
+        let mut rng = StdRng::seed_from_u64(39);
+        let body = br#"{"event_type":"order.paid","payload":{},"ordering_key":"k"}"#;
+        let err = ingest(
+            &store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            None,
+            body,
+            Utc::now(),
+            &mut rng,
+        )
+        .await
+        .unwrap_err();
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains("at most 100 endpoints"), "{err}");
+        assert!(store.events().is_empty());
+        assert!(store
+            .key_head(&AppId::parse("acme").unwrap(), "k")
+            .is_none());
     }
 }

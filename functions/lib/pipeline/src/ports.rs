@@ -594,7 +594,8 @@ pub trait Store: Send + Sync {
         predecessor: &DeliveryId,
         successor: &DeliveryId,
     ) -> impl Future<Output = Result<bool>> + Send;
-    /// Whether an event of `app` is still stored (consistent; its key only).
+    /// Whether an event of `app` is still stored (its key only, read
+    /// eventually consistently: an event exists long before anything asks).
     fn event_exists(&self, app: &AppId, id: &EventId) -> impl Future<Output = Result<bool>> + Send;
     /// [`Store::get_delivery_item`], read eventually consistently (half
     /// the read units): a write of about the last second may not show yet.

@@ -803,6 +803,10 @@ async fn still_waits<S: Store>(
     let expected = delivery.version;
     delivery.block(&predecessor, found.next_attempt_at, now)?;
     if store.update_delivery(delivery, expected).await? {
+        // Its event is kept as long as it waits.
+        store
+            .extend_event_retention(&app, &delivery.event_id, now)
+            .await?;
         tracing::info!(delivery_id = %delivery.id, predecessor = %predecessor, "overdue, still waiting for its ordering key's previous delivery: registered again");
     }
     Ok(true)
