@@ -55,7 +55,7 @@ async function main() {
   await call("POST", `/v1/apps/${APP}/endpoints`, { url: healthy.url, event_types: ["order.*"] });
 
   for (const [i, type] of ["order.paid", "order.shipped", "user.created"].entries()) {
-    const r = await call("POST", `/v1/apps/${APP}/events`, { event_type: type, payload: { n: i, total: 1999 } });
+    const r = await call("POST", `/v1/apps/${APP}/events`, { event_type: type, payload: { n: i, total: 1999 }, ordering_key: `order-${i}` });
     check(r.status === 202, `event ${type} accepted`);
 
   }
@@ -101,6 +101,8 @@ async function main() {
   const attemptsBefore = await page.locator("#timeline li").count();
   check(attemptsBefore === 2, "timeline shows the 2 failed attempts");
   check((await page.textContent("#timeline")).includes("503"), "timeline shows the status codes");
+  check(/^order-\d$/.test(await page.textContent("#detail-key")), "the detail shows the delivery's ordering key");
+  check((await page.textContent(`#rows tr.delivery[data-id="${target}"]`)).includes("key order-"), "the row shows its ordering key");
   await page.click(`#rows button.retry[data-id="${target}"]`);
   await page.waitForFunction(
     (id) => !document.querySelector(`#rows tr.delivery[data-id="${id}"]`), target, { timeout: 30_000 });

@@ -567,6 +567,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ));
     raw.insert("cpu_per_delivery".into(), json!(c));
 
+    // 3c. Ordered keys against unkeyed traffic (in-memory).
+    let (ordering_md, ordering_raw) = ordering::section(if args.quick { 2 } else { 10 }).await?;
+    md.push_str(&ordering_md);
+    raw.insert("ordered_keys".into(), ordering_raw);
+
     // 4. AWS requests and $ per million.
     let (cost_md, cost_raw) = cost_section(events).await?;
     md.push_str(&cost_md);

@@ -2122,24 +2122,29 @@ mod tests {
             answer.delivery_ids[0].clone()
         }
 
-        /// One round: the stream to dispatch, then each message to deliver.
-        /// The outcomes, by delivery; empty when nothing moved.
-        async fn round(&self) -> Vec<(DeliveryId, DeliverOutcome)> {
+        /// The stream to dispatch: the messages it queued (taken).
+        async fn dispatch(&self) -> Vec<(DeliveryMessage, i32)> {
             let (store, queue) = (&self.deliverer.store, &self.deliverer.queue);
             let records = store.take_stream();
-            let now = Utc::now();
             assert_eq!(
                 crate::dispatch::dispatch_changes(
                     store,
                     queue,
                     records,
                     chrono::TimeDelta::hours(1),
-                    now
+                    Utc::now()
                 )
                 .await,
                 None
             );
-            let messages = std::mem::take(&mut *queue.sent.lock().unwrap());
+            std::mem::take(&mut *queue.sent.lock().unwrap())
+        }
+
+        /// One round: the stream to dispatch, then each message to deliver.
+        /// The outcomes, by delivery; empty when nothing moved.
+        async fn round(&self) -> Vec<(DeliveryId, DeliverOutcome)> {
+            let now = Utc::now();
+            let messages = self.dispatch().await;
             let mut outcomes = Vec::new();
             for (mut message, _) in messages {
                 message.not_before = now;
@@ -2255,16 +2260,7 @@ mod tests {
         let first = pipeline.send(Some("k"), 1).await;
         let second = pipeline.send(Some("k"), 2).await;
         let third = pipeline.send(Some("k"), 3).await;
-        let (store, queue) = (&pipeline.deliverer.store, &pipeline.deliverer.queue);
-        crate::dispatch::dispatch_changes(
-            store,
-            queue,
-            store.take_stream(),
-            chrono::TimeDelta::hours(1),
-            Utc::now(),
-        )
-        .await;
-        let messages = std::mem::take(&mut *queue.sent.lock().unwrap());
+        let messages = pipeline.dispatch().await;
         let by_id = |id: &DeliveryId| {
             messages
                 .iter()
@@ -2279,7 +2275,7 @@ mod tests {
             pipeline.deliverer.handle(&by_id(&second)).await.unwrap(),
             Rechecking
         );
-        let (again, delay) = queue.sent.lock().unwrap()[0].clone();
+        let (again, delay) = pipeline.deliverer.queue.sent.lock().unwrap()[0].clone();
         assert_eq!((again.rechecks, delay), (1, 1));
         assert_eq!(pipeline.delivery(&second).blocked_by, Some(first.clone()));
         assert_eq!(
@@ -2303,16 +2299,7 @@ mod tests {
         let long_ago = Utc::now() - chrono::TimeDelta::hours(3);
         let first = pipeline.send_at(Some("k"), 1, long_ago).await;
         let second = pipeline.send_at(Some("k"), 2, long_ago).await;
-        let (store, queue) = (&pipeline.deliverer.store, &pipeline.deliverer.queue);
-        crate::dispatch::dispatch_changes(
-            store,
-            queue,
-            store.take_stream(),
-            chrono::TimeDelta::hours(1),
-            Utc::now(),
-        )
-        .await;
-        let messages = std::mem::take(&mut *queue.sent.lock().unwrap());
+        let messages = pipeline.dispatch().await;
         let mut message = messages
             .iter()
             .find(|(m, _)| m.delivery_id == second)
@@ -2325,7 +2312,12 @@ mod tests {
             pipeline.deliverer.handle(&message).await.unwrap(),
             DeliverOutcome::Delivered
         );
-        assert!(!store.delivery_items().iter().any(|d| d.id == first));
+        assert!(!pipeline
+            .deliverer
+            .store
+            .delivery_items()
+            .iter()
+            .any(|d| d.id == first));
         assert_eq!(pipeline.received(), [2]);
     }
 }

@@ -929,17 +929,7 @@ mod tests {
             {"event_type": "order.paid", "payload": {"n": 3}, "idempotency_key": "k3"},
         ]})
         .to_string();
-        let results = ingest_batch(
-            &store,
-            &settings(),
-            &Unchecked,
-            "acme",
-            body.as_bytes(),
-            Utc::now(),
-            &mut rng,
-        )
-        .await
-        .unwrap();
+        let results = batch(&store, body.as_bytes(), &mut rng).await;
         assert_eq!(results.len(), 6);
         assert!(matches!(&results[0], Ok(a) if !a.replayed));
         assert!(matches!(
@@ -1027,6 +1017,25 @@ mod tests {
         .unwrap();
         assert!(results.iter().all(Result::is_ok));
         assert_eq!(store.events().len(), 100);
+    }
+
+    /// A batch request's results (the request itself accepted).
+    async fn batch(
+        store: &MemoryStore,
+        body: &[u8],
+        rng: &mut StdRng,
+    ) -> Vec<Result<Accepted, PipelineError>> {
+        ingest_batch(
+            store,
+            &settings(),
+            &Unchecked,
+            "acme",
+            body,
+            Utc::now(),
+            rng,
+        )
+        .await
+        .expect("a batch of valid shape")
     }
 
     /// `{"n": n}` with ordering key `key` (and Idempotency-Key `idem`).
@@ -1193,17 +1202,7 @@ mod tests {
             })
             .collect();
         let body = format!(r#"{{"events":[{}]}}"#, events.join(","));
-        let results = ingest_batch(
-            &store,
-            &settings(),
-            &Unchecked,
-            "acme",
-            body.as_bytes(),
-            Utc::now(),
-            &mut rng,
-        )
-        .await
-        .unwrap();
+        let results = batch(&store, body.as_bytes(), &mut rng).await;
         let answers: Vec<IngestResponse> = results
             .into_iter()
             .map(|r| serde_json::from_str(&r.unwrap().body).unwrap())
