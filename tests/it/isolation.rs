@@ -434,6 +434,7 @@ async fn failed_among(stack: &Stack, ids: &[String]) -> usize {
 /// lost, none left pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_endpoint_does_not_starve_another_apps_endpoint() {
+    let _alone = hookline_tests::WALL_CLOCK.lock().await;
     use hookline_core::model::DeliveryStatus;
     use hookline_tests::delivery_ids;
     use hookline_tests::receiver::Reply;
@@ -735,6 +736,7 @@ async fn an_endpoints_circuit_and_a_held_delivery_round_trip_on_moto() {
 /// burning attempts (none failed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_endpoint_holds_at_most_its_share_of_deliver() {
+    let _alone = hookline_tests::WALL_CLOCK.lock().await;
     use hookline_core::circuit::SLOW_SHARE;
     use hookline_tests::delivery_ids;
     use hookline_tests::receiver::Reply;

@@ -20,6 +20,7 @@ const EVENTS_PER_KEY: usize = 20;
 /// delivery shows `blocked_by` it and was never sent).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_keys_deliveries_arrive_in_order_and_a_dead_message_holds_back_only_its_key() {
+    let _alone = hookline_tests::WALL_CLOCK.lock().await;
     // Random failures at most twice per message (3 attempts at most); the
     // dead message's sixth attempt waits 5 minutes: still pending at the end.
     let stack = Stack::start(&[("WEBHOOKS_RETRY_SCHEDULE", "1s,1s,1s,1s,1s,300s")]).await;

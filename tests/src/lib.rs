@@ -13,6 +13,12 @@ pub mod stack;
 
 /// A JSON answer as its typed view (the API's own response types); panics
 /// with the body when it does not fit.
+/// Held for their whole run by the tests whose bounds are wall-clock
+/// (the isolation tests' waits after a 202) and by the heaviest load
+/// (ordering's 200 events with random failures), so they never overlap
+/// on this 2-core machine; every other test still runs beside them.
+pub static WALL_CLOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub fn view<T: serde::de::DeserializeOwned>(body: &serde_json::Value) -> T {
     serde_json::from_value(body.clone())
         .unwrap_or_else(|e| panic!("{e}: {body} is not a {}", std::any::type_name::<T>()))
