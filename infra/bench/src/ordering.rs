@@ -6,8 +6,6 @@
 //! every queued message to deliver, due or not); then passes until every
 //! delivery is made. Baseline: as many unkeyed events, in the same waves.
 
-use std::time::Duration;
-
 use chrono::Utc;
 use hookline_core::ids::{AppId, EndpointId};
 use hookline_core::model::Endpoint;
@@ -19,6 +17,8 @@ use hookline_pipeline::ports::Store;
 use hookline_pipeline::Settings;
 use rand::SeedableRng;
 use serde::Serialize;
+
+use crate::throughput::thread_cpu;
 
 /// One run's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -32,14 +32,6 @@ pub struct OrderingRun {
     pub cpu_per_delivery_us: f64,
     /// Messages deliver handled per delivery (1: each went at once).
     pub messages_per_delivery: f64,
-}
-
-/// CPU time of the calling thread.
-fn thread_cpu() -> Duration {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 /// `waves` waves of `width` events (one per key when `keyed`); the

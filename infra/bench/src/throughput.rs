@@ -23,7 +23,7 @@ use serde::Serialize;
 
 /// CPU time of the calling thread (ns on CPU, from the scheduler's
 /// `/proc/thread-self/schedstat`).
-fn thread_cpu() -> Duration {
+pub fn thread_cpu() -> Duration {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
